@@ -1,0 +1,90 @@
+# Build, train and test. On a machine without a GPU everything runs on the CPU backend.
+#   make train        the default job: arithmetic data, tiny GPT-2, CPU, a few minutes
+#   make test         every test; the last line is "N passed, M failed"
+#   make bench-cpu    GPT-2 124M training step on all cores and on one core
+#   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
+# Options: NO_BLAS=1 (our own matmul kernel instead of OpenBLAS), NO_MPI=1, CXX=..., PYTHON=...
+
+CXX ?= g++
+NVCC ?= nvcc
+PYTHON ?= python3
+CXXFLAGS_CPU = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
+LDLIBS_CPU = -lm
+HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h)
+
+# --- prerequisites, each found or reported once
+ifeq ($(shell command -v $(CXX) 2>/dev/null),)
+  $(error C++ compiler '$(CXX)' not found: install it with 'apt-get install g++' (or run scripts/install_deps.sh))
+endif
+
+# MPI: used when mpicxx is found (multi-rank runs arrive with the collectives issue)
+MPICXX := $(shell command -v mpicxx 2>/dev/null)
+ifneq ($(NO_MPI),)
+  MPICXX :=
+endif
+ifneq ($(MPICXX),)
+  CPU_CC = $(MPICXX)
+  CXXFLAGS_CPU += -DUSE_MPI
+  MPI_NOTE = with MPI ($(MPICXX))
+else
+  CPU_CC = $(CXX)
+  MPI_NOTE = without MPI: single-rank build (install libopenmpi-dev for mpirun)
+endif
+
+# OpenBLAS: the fast path for the matmuls; our blocked kernel (llmc/cpu/matmul.h) otherwise
+OPENBLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo yes)
+ifneq ($(NO_BLAS),)
+  OPENBLAS :=
+endif
+ifeq ($(OPENBLAS),yes)
+  CXXFLAGS_CPU += -DLLMC_OPENBLAS $(shell pkg-config --cflags openblas)
+  LDLIBS_CPU += $(shell pkg-config --libs openblas)
+  BLAS_NOTE = matmul: OpenBLAS
+else
+  BLAS_NOTE = matmul: our blocked kernel (install libopenblas-dev for OpenBLAS)
+endif
+
+NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
+
+.PHONY: all train test bench-cpu nvcc-check data clean info
+
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu
+
+info:
+	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
+
+train_gpt2cpu: train_gpt2.cu $(HEADERS)
+	$(CPU_CC) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+
+test_gpt2cpu: test/test_gpt2.cu $(HEADERS)
+	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+
+test_kernelscpu: test/test_kernels.cu $(HEADERS)
+	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+
+# the default dataset: offline, Python standard library only
+data: data/arithmetic/train_000000.bin
+data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: apt-get install python3"; exit 1; }
+	$(PYTHON) dev/data/arithmetic.py --out-dir data/arithmetic
+
+# the default job: the tiny model on arithmetic, on the CPU
+train: info train_gpt2cpu data
+	./train_gpt2cpu --save data/arithmetic/model.bin
+
+test: info train_gpt2cpu test_gpt2cpu test_kernelscpu data
+	@bash test/run_tests.sh
+
+bench-cpu: info train_gpt2cpu
+	@bash scripts/bench_cpu.sh
+
+nvcc-check:
+ifeq ($(NVCC_FOUND),)
+	@echo "skipping nvcc-check: nvcc not found (install the CUDA toolkit)"
+else
+	@bash scripts/nvcc_check.sh $(NVCC)
+endif
+
+clean:
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu train_gpt2cu test_gpt2cu
+	rm -rf build

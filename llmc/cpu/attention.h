@@ -1,0 +1,91 @@
+// Causal multi-head self-attention (the "straightforward" version: it materialises the
+// T x T attention matrix of every head).
+//   inp (B,T,3C) holds q | k | v; head h uses channels h*hs .. (h+1)*hs-1 of each, hs = C/NH.
+//   att[b,h,t,t2] = softmax_{t2 <= t}( q_t . k_t2 / sqrt(hs) )     (0 for t2 > t: causal)
+//   out[b,t,h*hs + i] = sum_t2 att[b,h,t,t2] * v_t2[i]
+// Backward, per head, with P = att, dO = dout:
+//   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(P * dP)),   dQ = dS K / sqrt(hs),   dK = dS^T Q / sqrt(hs)
+// dinp is OVERWRITTEN. Threads split over (b, h): each owns its head's slice of dinp,
+// so the sums over t into dK and dV need no atomics and are deterministic.
+#pragma once
+
+// Floats the forward saves per layer for the backward. CPU: the full probability matrix.
+static inline size_t attention_state_size(int B, int T, int NH) { return (size_t)B * NH * T * T; }
+
+static inline void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float* p = att + (((size_t)b * NH + h) * T + t) * T;
+                // scores and running max over the visible keys t2 <= t
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
+                    s *= scale;
+                    p[t2] = s;
+                    if (s > maxval) { maxval = s; }
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - maxval); sum += p[t2]; }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++) { p[t2] = t2 <= t ? p[t2] * inv : 0.0f; }
+                // weighted sum of the values
+                float* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) { o[i] += p[t2] * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+static inline void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
+                               int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel
+    {
+        float* dp = (float*)malloc((size_t)T * sizeof(float));   // one row of dP, then dS
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int t = 0; t < T; t++) {        // clear this head's dq, dk, dv
+                    float* d = dinp + ((size_t)b * T + t) * C3 + h * hs;
+                    for (int i = 0; i < hs; i++) { d[i] = 0.0f; d[C + i] = 0.0f; d[2 * C + i] = 0.0f; }
+                }
+                for (int t = 0; t < T; t++) {
+                    const float* p = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
+                    const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                    float* dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
+                    // dP[t2] = dO . v_t2  and  dV_t2 += P[t2] * dO
+                    float rowdot = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                        float* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                        float s = 0.0f;
+                        for (int i = 0; i < hs; i++) { s += dO[i] * v[i]; dv[i] += p[t2] * dO[i]; }
+                        dp[t2] = s;
+                        rowdot += p[t2] * s;
+                    }
+                    // softmax backward, then dQ and dK through the scores q.k * scale
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float ds = p[t2] * (dp[t2] - rowdot) * scale;
+                        const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                        float* dk = dinp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                        for (int i = 0; i < hs; i++) { dq[i] += ds * k[i]; dk[i] += ds * q[i]; }
+                    }
+                }
+            }
+        }
+        free(dp);
+    }
+}

@@ -1,0 +1,35 @@
+// Fused softmax + cross-entropy (+ its gradient), over the V real classes of each row.
+//   loss_i   = w_i * ( logsumexp(logits_i[0:V]) - logits_i[target_i] )
+//   dlogit_i = dloss * w_i * ( softmax(logits_i) - onehot(target_i) )   (0 in padded columns)
+// w_i is an optional per-token loss weight (NULL = all 1): a 0/1 mask restricts the loss to
+// answer tokens (SFT), a signed weight turns it into a policy-gradient loss (RL).
+// dloss is the scalar every token's gradient is scaled by: 1 / (number of tokens the loss
+// averages over in one optimizer step). When write_dlogits is set the gradient OVERWRITES
+// the logits in place: the probabilities are never stored, which saves a B*T*Vp buffer.
+#pragma once
+
+static inline void fused_classifier(float* logits, float* losses, const float* weights, const int* targets,
+                             float dloss, int B, int T, int V, int Vp, int write_dlogits) {
+    int N = B * T;
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float* row = logits + (size_t)i * Vp;
+        float w = weights ? weights[i] : 1.0f;
+        int target = targets[i];
+        float maxval = -INFINITY;
+        for (int v = 0; v < V; v++) { if (row[v] > maxval) { maxval = row[v]; } }
+        float sum = 0.0f;
+        for (int v = 0; v < V; v++) { sum += expf(row[v] - maxval); }
+        float logsumexp = maxval + logf(sum);
+        losses[i] = w * (logsumexp - row[target]);
+        if (write_dlogits) {
+            float scale = dloss * w;
+            float inv = 1.0f / sum;
+            for (int v = 0; v < V; v++) {
+                float p = expf(row[v] - maxval) * inv;
+                row[v] = scale * (p - (v == target ? 1.0f : 0.0f));
+            }
+            for (int v = V; v < Vp; v++) { row[v] = 0.0f; }
+        }
+    }
+}

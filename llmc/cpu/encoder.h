@@ -1,0 +1,41 @@
+// Token + position embedding.
+//   forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+//   backward: dwte[inp[b,t],:] += dout[b,t,:]   and   dwpe[t,:] += sum_b dout[b,t,:]
+// Two positions can hold the same token, so the dwte scatter-add would race if we split
+// positions across threads. Instead each thread owns a block of channels and walks all
+// positions in order: no races, and the sum order does not depend on the thread count.
+#pragma once
+
+static inline void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                            int B, int T, int C) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float* out_bt = out + ((size_t)b * T + t) * C;
+            const float* wte_ix = wte + (size_t)inp[b * T + t] * C;
+            const float* wpe_t = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) { out_bt[c] = wte_ix[c] + wpe_t[c]; }
+        }
+    }
+}
+
+static inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
+                             int B, int T, int C) {
+    const int CB = 16;  // channels per block: one 64-byte cache line of floats
+    int nblocks = (C + CB - 1) / CB;
+    #pragma omp parallel for
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const float* dout_bt = dout + ((size_t)b * T + t) * C;
+                float* dwte_ix = dwte + (size_t)inp[b * T + t] * C;
+                float* dwpe_t = dwpe + (size_t)t * C;
+                for (int c = c0; c < c1; c++) {
+                    dwte_ix[c] += dout_bt[c];
+                    dwpe_t[c] += dout_bt[c];
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+// LayerNorm over the channel dimension, eps = 1e-5, biased variance (as GPT-2).
+//   forward:  mean_i = avg_c x[i,c],  rstd_i = 1/sqrt(var_i + eps)
+//             xhat[i,c] = (x[i,c] - mean_i) * rstd_i,   out[i,c] = xhat[i,c] * w[c] + b[c]
+//   backward: dw[c] += sum_i dout[i,c] * xhat[i,c],   db[c] += sum_i dout[i,c]
+//             g = dout * w
+//             dinp[i,c] += rstd_i * (g[i,c] - avg_c g[i,:] - xhat[i,c] * avg_c (g[i,:] * xhat[i,:]))
+// dinp ACCUMULATES: GPT-2 adds the layernorm's input gradient into the residual stream's
+// gradient (see gpt2_backward). mean and rstd are saved by forward for backward.
+#pragma once
+
+static inline void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                              const float* weight, const float* bias, int B, int T, int C) {
+    const float eps = 1e-5f;
+    int N = B * T;
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float* x = inp + (size_t)i * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) { m += x[c]; }
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        float* o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) { o[c] = (x[c] - m) * s * weight[c] + bias[c]; }
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+static inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* mean,
+                               const float* rstd, int B, int T, int C) {
+    int N = B * T;
+    // 1) input gradient: rows are independent
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float* x = inp + (size_t)i * C;
+        const float* dy = dout + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        float g_mean = 0.0f, gx_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float g = dy[c] * weight[c];
+            g_mean += g;
+            gx_mean += g * (x[c] - m) * s;
+        }
+        g_mean /= C;
+        gx_mean /= C;
+        float* dx = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * s;
+            dx[c] += s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+        }
+    }
+    // 2) weight and bias gradients: a sum over rows. Each thread owns 16 channels and
+    //    walks every row in order: no races, same result for any thread count.
+    const int CB = 16;
+    int nblocks = (C + CB - 1) / CB;
+    #pragma omp parallel for
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        for (int i = 0; i < N; i++) {
+            const float* x = inp + (size_t)i * C;
+            const float* dy = dout + (size_t)i * C;
+            for (int c = c0; c < c1; c++) {
+                dweight[c] += dy[c] * (x[c] - mean[i]) * rstd[i];
+                dbias[c] += dy[c];
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+// CPU backend: "device" memory is ordinary host memory, and floatX is fp32.
+// The model code only ever touches tensor memory through these calls, so the CUDA
+// backend (llmc/cuda/memory.cuh) can put the same tensors in GPU memory.
+#pragma once
+
+#include <stdlib.h>
+#include <string.h>
+#include "../common.h"
+
+typedef float floatX;                   // the type of parameters and activations
+#define BACKEND_NAME "cpu (fp32, OpenMP)"
+
+static inline void* device_malloc(size_t bytes) {
+    if (bytes == 0) { bytes = 64; }
+    void* p = aligned_alloc(64, ceil_div(bytes, 64) * 64);   // 64: one cache line / AVX-512 register
+    if (p == NULL) { die("out of host memory allocating %.1f MiB", bytes / 1048576.0); }
+    return p;
+}
+static inline void device_free(void* p) { free(p); }
+static inline void device_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+static inline void copy_host_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void copy_device_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void copy_device_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+
+// fp32 host arrays <-> floatX tensors (the CUDA backend converts to/from bf16 here)
+static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static inline void copy_floats_to_host(float* dst, const floatX* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }

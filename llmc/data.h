@@ -1,0 +1,121 @@
+// Token shards in llm.c's format and a loader that cuts them into (input, target) batches.
+//   shard: header 256 int32 = [20240520, 1, num_tokens, 0...], then num_tokens uint16 tokens.
+// Targets are the inputs shifted by one token: a sequence reads T+1 consecutive tokens.
+//
+// Splitting across data-parallel ranks: one "global" micro-batch is nranks*B consecutive
+// sequences of T tokens; rank r takes sequences r*B .. r*B+B-1 of it. The union over ranks
+// is exactly what a single rank with batch nranks*B reads, so a parallel run sees the same
+// data as the single-rank run it is checked against.
+#pragma once
+
+#include <glob.h>
+#include "common.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_HEADER_BYTES (256 * 4)
+
+typedef struct {
+    int B, T;              // this rank's micro-batch: B sequences of T tokens
+    int rank, nranks;
+    int vocab_size;        // every token must be below it
+    glob_t files;
+    int shard;             // index into files
+    size_t pos;            // token index where the current global micro-batch starts
+    uint16_t* tokens;      // the current shard
+    size_t num_tokens;
+    int* inputs;           // (B, T), host
+    int* targets;          // (B, T), host
+} DataLoader;
+
+// Open a shard and check its header and size; returns its token count.
+static inline size_t shard_check(const char* path, FILE** f_out) {
+    FILE* f = fopen_or_die(path, "rb");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, path);
+    if (header[0] != SHARD_MAGIC) { die("'%s' is not a token shard: magic %d, expected %d", path, header[0], SHARD_MAGIC); }
+    if (header[1] != 1) { die("'%s': shard version %d, expected 1", path, header[1]); }
+    if (header[2] < 0) { die("'%s': negative token count %d in header", path, header[2]); }
+    size_t n = (size_t)header[2];
+    long size = file_size_or_die(f, path);
+    long expected = SHARD_HEADER_BYTES + (long)(2 * n);
+    if (size != expected) {
+        die("'%s' has %ld bytes, header says %zu tokens = %ld bytes%s", path, size, n, expected,
+            size < expected ? ": truncated" : "");
+    }
+    *f_out = f;
+    return n;
+}
+
+static inline void dataloader_load_shard(DataLoader* dl, int shard) {
+    const char* path = dl->files.gl_pathv[shard];
+    FILE* f;
+    size_t n = shard_check(path, &f);
+    size_t need = (size_t)dl->nranks * dl->B * dl->T + 1;
+    if (n < need) {
+        die("'%s' has %zu tokens, fewer than one batch needs (%d ranks x %d x %d + 1 = %zu)", path, n,
+            dl->nranks, dl->B, dl->T, need);
+    }
+    free(dl->tokens);
+    dl->tokens = (uint16_t*)malloc(n * sizeof(uint16_t));
+    fread_or_die(dl->tokens, sizeof(uint16_t), n, f, path);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        if (dl->tokens[i] >= dl->vocab_size) {
+            die("'%s': token %u at position %zu is outside the model's vocabulary of %d", path,
+                dl->tokens[i], i, dl->vocab_size);
+        }
+    }
+    dl->num_tokens = n;
+    dl->shard = shard;
+    dl->pos = 0;
+}
+
+static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int nranks, int vocab_size) {
+    memset(dl, 0, sizeof(*dl));
+    dl->B = B;
+    dl->T = T;
+    dl->rank = rank;
+    dl->nranks = nranks;
+    dl->vocab_size = vocab_size;
+    if (glob(pattern, 0, NULL, &dl->files) != 0 || dl->files.gl_pathc == 0) {
+        die("no token shards match '%s' (the default dataset: python3 dev/data/arithmetic.py)", pattern);
+    }
+    for (size_t i = 0; i < dl->files.gl_pathc; i++) {   // check every header up front
+        FILE* f;
+        shard_check(dl->files.gl_pathv[i], &f);
+        fclose(f);
+    }
+    dl->inputs = (int*)malloc((size_t)B * T * sizeof(int));
+    dl->targets = (int*)malloc((size_t)B * T * sizeof(int));
+    dataloader_load_shard(dl, 0);
+}
+
+// Back to the first batch of the first shard (for validation, which always reads the same batches).
+static inline void dataloader_reset(DataLoader* dl) {
+    if (dl->shard != 0) { dataloader_load_shard(dl, 0); }
+    dl->pos = 0;
+}
+
+// Fill inputs/targets with this rank's next micro-batch; move to the next shard (wrapping
+// around after the last) when the current one has no full global micro-batch left.
+static inline void dataloader_next_batch(DataLoader* dl) {
+    size_t global = (size_t)dl->nranks * dl->B * dl->T;
+    if (dl->pos + global + 1 > dl->num_tokens) {
+        int next = (dl->shard + 1) % (int)dl->files.gl_pathc;
+        if (next != dl->shard) { dataloader_load_shard(dl, next); }
+        dl->pos = 0;
+    }
+    const uint16_t* src = dl->tokens + dl->pos + (size_t)dl->rank * dl->B * dl->T;
+    for (size_t i = 0; i < (size_t)dl->B * dl->T; i++) {
+        dl->inputs[i] = src[i];
+        dl->targets[i] = src[i + 1];
+    }
+    dl->pos += global;
+}
+
+static inline void dataloader_free(DataLoader* dl) {
+    globfree(&dl->files);
+    free(dl->tokens);
+    free(dl->inputs);
+    free(dl->targets);
+}

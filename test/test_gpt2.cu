@@ -1,0 +1,227 @@
+// The model against PyTorch (test/reference/gpt2.py), in three stages:
+//   test_gpt2 --write-inputs DIR   a small random model (our init) and two batches:
+//                                  batch.bin (pre-training loss), batch_masked.bin (0/1 loss mask)
+//   python3 test/reference/gpt2.py --model DIR/model.bin --batch DIR/batch.bin --out DIR/ref.bin
+//   test_gpt2 --check DIR          our logits, loss, every gradient, 10 AdamW steps and the final
+//                                  parameters against the reference; exits 1 on any miss
+// Tolerances (fp32): logits, gradients and parameters within 1e-4 of each tensor's largest
+// magnitude; the loss within 1e-5 relative; each of the step losses within 1e-4 relative.
+#include <vector>
+#include "../llmc/common.h"
+#include "../llmc/gpt2.h"
+#include "../llmc/checkpoint.h"
+
+#define BATCH_MAGIC 20241121
+#define REF_MAGIC 20241122
+
+typedef struct {
+    int B, T, steps, has_weights;
+    float lr, beta1, beta2, eps, weight_decay, clip;
+    std::vector<int> inputs, targets;
+    std::vector<float> weights;
+} RefBatch;
+
+static void write_batch(const char* path, const RefBatch& b) {
+    int header[256] = {0};
+    header[0] = BATCH_MAGIC; header[1] = 1; header[2] = b.B; header[3] = b.T; header[4] = b.steps;
+    header[5] = b.has_weights;
+    float hp[6] = {b.lr, b.beta1, b.beta2, b.eps, b.weight_decay, b.clip};
+    memcpy(&header[8], hp, sizeof(hp));   // floats stored bit for bit in header slots 8..13
+    std::string tmp;
+    FILE* f = fopen_tmp_for_write(path, &tmp);
+    fwrite_or_die(header, sizeof(int), 256, f, path);
+    fwrite_or_die(b.inputs.data(), sizeof(int), b.inputs.size(), f, path);
+    fwrite_or_die(b.targets.data(), sizeof(int), b.targets.size(), f, path);
+    if (b.has_weights) { fwrite_or_die(b.weights.data(), sizeof(float), b.weights.size(), f, path); }
+    fclose_and_rename(f, tmp, path);
+}
+
+static RefBatch read_batch(const char* path) {
+    FILE* f = fopen_or_die(path, "rb");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, path);
+    if (header[0] != BATCH_MAGIC || header[1] != 1) { die("'%s' is not a reference batch file", path); }
+    RefBatch b;
+    b.B = header[2]; b.T = header[3]; b.steps = header[4]; b.has_weights = header[5];
+    float hp[6];
+    memcpy(hp, &header[8], sizeof(hp));
+    b.lr = hp[0]; b.beta1 = hp[1]; b.beta2 = hp[2]; b.eps = hp[3]; b.weight_decay = hp[4]; b.clip = hp[5];
+    size_t n = (size_t)b.B * b.T;
+    b.inputs.resize(n); b.targets.resize(n);
+    fread_or_die(b.inputs.data(), sizeof(int), n, f, path);
+    fread_or_die(b.targets.data(), sizeof(int), n, f, path);
+    if (b.has_weights) { b.weights.resize(n); fread_or_die(b.weights.data(), sizeof(float), n, f, path); }
+    fclose(f);
+    return b;
+}
+
+static void write_inputs(const char* dir) {
+    GPT2Config cfg = {64, 257, padded_vocab(257), 2, 4, 64};   // maxT, V, Vp, L, NH, C
+    GPT2 model;
+    gpt2_build(&model, &cfg);
+    gpt2_init_random(&model, 42);
+    std::string path = std::string(dir) + "/model.bin";
+    gpt2_save_checkpoint(&model, path.c_str());
+    RefBatch b;
+    b.B = 4; b.T = 32; b.steps = 10; b.has_weights = 0;
+    b.lr = 1e-3f; b.beta1 = 0.9f; b.beta2 = 0.95f; b.eps = 1e-8f; b.weight_decay = 0.1f; b.clip = 1.0f;
+    Rng rng;
+    rng_init(&rng, 7);
+    for (int i = 0; i < b.B * b.T; i++) {
+        b.inputs.push_back((int)(rng_u32(&rng) % cfg.vocab_size));
+        b.targets.push_back((int)(rng_u32(&rng) % cfg.vocab_size));
+    }
+    write_batch((std::string(dir) + "/batch.bin").c_str(), b);
+    // the same tokens with an SFT-style mask: loss only on the second half of each row
+    b.has_weights = 1;
+    for (int i = 0; i < b.B * b.T; i++) { b.weights.push_back((i % b.T) >= b.T / 2 ? 1.0f : 0.0f); }
+    write_batch((std::string(dir) + "/batch_masked.bin").c_str(), b);
+    gpt2_free(&model);
+    printf("wrote %s/model.bin, batch.bin, batch_masked.bin\n", dir);
+}
+
+// ---- comparison
+
+static int failures = 0;
+
+// max |ours - ref| relative to max |ref| over the tensor
+static int compare(const char* what, const float* ours, const float* ref, size_t n, float tol) {
+    double max_abs = 0.0, max_ref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        max_abs = fmax(max_abs, fabs((double)ours[i] - ref[i]));
+        max_ref = fmax(max_ref, fabs((double)ref[i]));
+        if (!isfinite(ours[i])) { max_abs = INFINITY; }
+    }
+    double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
+    int ok = rel <= tol;
+    printf("  %-22s %10zu   max abs err %.3e   rel to max %.3e   %s\n", what, n, max_abs, rel,
+           isinf(tol) ? "(shown, not judged)" : ok ? "ok" : "MISS");
+    return ok;
+}
+
+static void report(const char* name, int ok) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", name);
+    if (!ok) { failures++; }
+}
+
+static void check_case(const char* dir, const char* batch_name, const char* ref_name, const char* label) {
+    std::string d(dir);
+    GPT2 model;
+    gpt2_load_checkpoint(&model, (d + "/model.bin").c_str());
+    RefBatch b = read_batch((d + "/" + batch_name).c_str());
+    int B = b.B, T = b.T, V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
+    size_t BT = (size_t)B * T, P = model.num_parameters;
+    std::string ref_path = d + "/" + ref_name;
+    FILE* f = fopen_or_die(ref_path.c_str(), "rb");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, ref_path.c_str());
+    if (header[0] != REF_MAGIC || header[1] != 1 || header[2] != B || header[3] != T || header[4] != V ||
+        header[5] != b.steps || (size_t)header[6] != P) {
+        die("'%s' does not match the model and batch (regenerate it with test/reference/gpt2.py)", ref_path.c_str());
+    }
+    std::vector<float> ref_logits(BT * V), ref_grads(P), ref_step_losses(b.steps), ref_norms(b.steps), ref_params(P);
+    float ref_loss;
+    fread_or_die(ref_logits.data(), sizeof(float), ref_logits.size(), f, ref_path.c_str());
+    fread_or_die(&ref_loss, sizeof(float), 1, f, ref_path.c_str());
+    fread_or_die(ref_grads.data(), sizeof(float), P, f, ref_path.c_str());
+    fread_or_die(ref_step_losses.data(), sizeof(float), b.steps, f, ref_path.c_str());
+    fread_or_die(ref_norms.data(), sizeof(float), b.steps, f, ref_path.c_str());
+    fread_or_die(ref_params.data(), sizeof(float), P, f, ref_path.c_str());
+    fclose(f);
+
+    printf("\n[%s] B %d, T %d, L %d, NH %d, C %d, V %d (Vp %d), %zu parameters\n", label, B, T,
+           model.config.num_layers, model.config.num_heads, model.config.channels, V, Vp, P);
+    gpt2_allocate_activations(&model, B, T);
+    // the loss averages over the tokens with a non-zero weight
+    double count = 0;
+    for (size_t i = 0; i < BT; i++) { count += b.has_weights ? (b.weights[i] != 0.0f) : 1.0; }
+    float dloss = (float)(1.0 / count);
+    const float* w = b.has_weights ? b.weights.data() : NULL;
+
+    // forward: logits (the real V columns of each row)
+    gpt2_forward(&model, b.inputs.data(), B, T);
+    std::vector<float> logits(BT * Vp), logits_v(BT * V);
+    copy_floats_to_host(logits.data(), model.logits, BT * Vp);
+    for (size_t i = 0; i < BT; i++) { memcpy(&logits_v[i * V], &logits[i * Vp], V * sizeof(float)); }
+    report((std::string(label) + ": logits").c_str(), compare("logits", logits_v.data(), ref_logits.data(), BT * V, 1e-4f));
+
+    // loss and backward
+    gpt2_zero_grad(&model);
+    float loss = gpt2_classifier(&model, b.targets.data(), w, dloss, 1) * dloss;
+    gpt2_backward(&model);
+    float loss_rel = fabsf(loss - ref_loss) / fabsf(ref_loss);
+    printf("  %-22s ours %.7f   ref %.7f   rel err %.2e\n", "loss", loss, ref_loss, loss_rel);
+    report((std::string(label) + ": loss").c_str(), loss_rel <= 1e-5f);
+
+    std::vector<float> grads(P);
+    copy_floats_to_host(grads.data(), model.grads_memory, P);
+    int all_ok = 1;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamInfo* p = &model.param_info[i];
+        std::string name = std::string("d") + p->name;
+        all_ok &= compare(name.c_str(), grads.data() + p->offset, ref_grads.data() + p->offset, p->numel, 1e-4f);
+    }
+    report((std::string(label) + ": gradients of all 16 parameter tensors").c_str(), all_ok);
+
+    // the optimizer: `steps` AdamW steps on the same batch
+    gpt2_zero_grad(&model);   // restart from the initial parameters' gradients
+    int steps_ok = 1;
+    printf("  step   loss ours     loss ref      rel err     norm ours  norm ref\n");
+    for (int s = 0; s < b.steps; s++) {
+        gpt2_zero_grad(&model);
+        gpt2_forward(&model, b.inputs.data(), B, T);
+        float l = gpt2_classifier(&model, b.targets.data(), w, dloss, 1) * dloss;
+        gpt2_backward(&model);
+        float norm = gpt2_update(&model, b.lr, b.beta1, b.beta2, b.eps, b.weight_decay, b.clip);
+        float rel = fabsf(l - ref_step_losses[s]) / fabsf(ref_step_losses[s]);
+        float norm_rel = fabsf(norm - ref_norms[s]) / fabsf(ref_norms[s]);
+        int ok = rel <= 1e-4f && norm_rel <= 1e-4f;
+        steps_ok &= ok;
+        printf("  %4d   %.7f     %.7f     %.2e    %.5f    %.5f   %s\n", s + 1, l, ref_step_losses[s], rel, norm,
+               ref_norms[s], ok ? "ok" : "MISS");
+    }
+    report((std::string(label) + ": 10 AdamW steps (losses and gradient norms)").c_str(), steps_ok);
+    std::vector<float> params(P);
+    copy_floats_to_host(params.data(), model.params_memory, P);
+    all_ok = 1;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamInfo* p = &model.param_info[i];
+        if (strcmp(p->name, "qkvb") != 0) {
+            all_ok &= compare(p->name, params.data() + p->offset, ref_params.data() + p->offset, p->numel, 1e-4f);
+            continue;
+        }
+        // The key bias gets no gradient in exact arithmetic (adding b to every key adds q.b to
+        // every score of a row, which softmax ignores), so both sides hold rounding noise of
+        // ~1e-10 there, and Adam's m/sqrt(v) turns noise of any size into steps of size lr.
+        // Compare the query and value biases; show the key bias without judging it.
+        int C = model.config.channels, L = model.config.num_layers;
+        std::vector<float> qv_ours, qv_ref, k_ours, k_ref;
+        for (int l = 0; l < L; l++) {
+            for (int j = 0; j < 3 * C; j++) {
+                size_t idx = p->offset + (size_t)l * 3 * C + j;
+                int is_key = j >= C && j < 2 * C;
+                (is_key ? k_ours : qv_ours).push_back(params[idx]);
+                (is_key ? k_ref : qv_ref).push_back(ref_params[idx]);
+            }
+        }
+        all_ok &= compare("qkvb (query, value)", qv_ours.data(), qv_ref.data(), qv_ours.size(), 1e-4f);
+        compare("qkvb (key: noise only)", k_ours.data(), k_ref.data(), k_ours.size(), INFINITY);
+    }
+    report((std::string(label) + ": parameters after the AdamW steps").c_str(), all_ok);
+    gpt2_free(&model);
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && strcmp(argv[1], "--write-inputs") == 0) {
+        write_inputs(argv[2]);
+        return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "--check") == 0) {
+        check_case(argv[2], "batch.bin", "ref.bin", "pre-training loss");
+        check_case(argv[2], "batch_masked.bin", "ref_masked.bin", "masked loss");
+        printf("\n%s\n", failures ? "reference check FAILED" : "reference check passed");
+        return failures ? 1 : 0;
+    }
+    fprintf(stderr, "usage: %s --write-inputs DIR | --check DIR\n", argv[0]);
+    return 2;
+}

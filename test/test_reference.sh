@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The model against PyTorch: write a small model and two batches (test_gpt2cpu), compute the
+# reference with test/reference/gpt2.py, compare (test_gpt2cpu --check).
+set -u
+cd "$(dirname "$0")/.."
+dir=build/reference
+mkdir -p "$dir"
+
+# a Python that has torch: $PYTHON, python3 on PATH, or Debian's /usr/bin/python3
+py=""
+for cand in ${PYTHON:-} python3 /usr/bin/python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, numpy" >/dev/null 2>&1; then py=$cand; break; fi
+done
+if [ -z "$py" ]; then
+    echo "FAIL PyTorch is not importable by python3 or /usr/bin/python3: install it with"
+    echo "     'apt-get install python3-torch' (or run scripts/install_deps.sh)"
+    exit 1
+fi
+echo "reference python: $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
+./test_gpt2cpu --write-inputs "$dir" || exit 1
+"$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref.bin" || exit 1
+"$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_masked.bin" || exit 1
+./test_gpt2cpu --check "$dir"

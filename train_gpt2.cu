@@ -1,0 +1,307 @@
+// The trainer: args -> model -> data -> training loop. Plain host code for both backends:
+//   g++ -x c++ -DLLMC_CPU  -> train_gpt2cpu  (fp32 reference kernels, OpenMP)
+//   nvcc                   -> train_gpt2cu   (CUDA kernels, bf16 mixed precision)
+// One optimizer step: zero the gradients; for each of grad_accum micro-steps, forward,
+// cross-entropy, backward (gradients add up); then clip and AdamW-update.
+#include "llmc/common.h"
+#include "llmc/args.h"
+#include "llmc/gpt2.h"
+#include "llmc/checkpoint.h"
+#include "llmc/data.h"
+#include "llmc/tokenizer.h"
+#include "llmc/schedule.h"
+#include "llmc/sampler.h"
+#include "llmc/eval.h"
+#include "llmc/log.h"
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+typedef struct {
+    const char* model;
+    const char* load;
+    const char* save;
+    int save_every;
+    int layers, heads, channels, max_seq, vocab;
+    const char* train_data;
+    const char* val_data;
+    const char* tokenizer;
+    int batch, seq, grad_accum, steps;
+    float lr, lr_final_frac;
+    int warmup;
+    float weight_decay, beta1, beta2, eps, clip;
+    int seed;
+    int eval_every, eval_batches, accuracy;
+    int sample_every, sample_len, top_k;
+    float temperature;
+    int threads;
+    int bench;
+} TrainArgs;
+
+static void parse_train_args(int argc, char** argv, TrainArgs* a) {
+    *a = TrainArgs{};
+    a->model = "tiny";
+    a->train_data = "data/arithmetic/train_*.bin";
+    a->val_data = "data/arithmetic/val_*.bin";
+    a->tokenizer = "data/arithmetic/tokenizer.bin";
+    a->batch = 32; a->seq = 64; a->grad_accum = 1; a->steps = 600;
+    a->lr = 2e-3f; a->lr_final_frac = 0.1f; a->warmup = 30;
+    a->weight_decay = 0.1f; a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f; a->clip = 1.0f;
+    a->seed = 1337;
+    a->eval_every = 100; a->eval_batches = 8; a->accuracy = 500;
+    a->sample_every = 200; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
+    ArgSpec specs[] = {
+        {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
+        {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
+        {"save", ARG_STRING, &a->save, "write the model here at the end (and every --save-every steps)"},
+        {"save-every", ARG_INT, &a->save_every, "checkpoint interval in steps, 0 = only at the end"},
+        {"layers", ARG_INT, &a->layers, "override the preset's number of layers"},
+        {"heads", ARG_INT, &a->heads, "override the preset's number of heads"},
+        {"channels", ARG_INT, &a->channels, "override the preset's channels"},
+        {"max-seq", ARG_INT, &a->max_seq, "override the preset's maximum sequence length"},
+        {"vocab", ARG_INT, &a->vocab, "override the preset's vocabulary size"},
+        {"train-data", ARG_STRING, &a->train_data, "training token shards (glob)"},
+        {"val-data", ARG_STRING, &a->val_data, "validation token shards (glob)"},
+        {"tokenizer", ARG_STRING, &a->tokenizer, "tokenizer file, to decode samples"},
+        {"batch", ARG_INT, &a->batch, "global batch: sequences per optimizer step, over all ranks and micro-steps"},
+        {"seq", ARG_INT, &a->seq, "sequence length T"},
+        {"grad-accum", ARG_INT, &a->grad_accum, "micro-steps per optimizer step"},
+        {"steps", ARG_INT, &a->steps, "optimizer steps"},
+        {"lr", ARG_FLOAT, &a->lr, "peak learning rate"},
+        {"lr-final-frac", ARG_FLOAT, &a->lr_final_frac, "cosine decay ends at lr * this"},
+        {"warmup", ARG_INT, &a->warmup, "linear warmup steps"},
+        {"weight-decay", ARG_FLOAT, &a->weight_decay, "AdamW weight decay (2-D weights only)"},
+        {"beta1", ARG_FLOAT, &a->beta1, "AdamW beta1"},
+        {"beta2", ARG_FLOAT, &a->beta2, "AdamW beta2"},
+        {"eps", ARG_FLOAT, &a->eps, "AdamW epsilon"},
+        {"clip", ARG_FLOAT, &a->clip, "clip the global gradient norm to this, 0 = off"},
+        {"seed", ARG_INT, &a->seed, "seed of the initial weights and of sampling"},
+        {"eval-every", ARG_INT, &a->eval_every, "validation interval in steps, 0 = only at the end"},
+        {"eval-batches", ARG_INT, &a->eval_batches, "validation batches per evaluation"},
+        {"accuracy", ARG_INT, &a->accuracy, "held-out arithmetic examples for exact-match accuracy, 0 = off"},
+        {"sample-every", ARG_INT, &a->sample_every, "sample text every N steps, 0 = never"},
+        {"sample-len", ARG_INT, &a->sample_len, "tokens per sample"},
+        {"top-k", ARG_INT, &a->top_k, "sample from the k most likely tokens, 0 = all, 1 = greedy"},
+        {"temperature", ARG_FLOAT, &a->temperature, "sampling temperature, 0 = greedy"},
+        {"threads", ARG_INT, &a->threads, "CPU threads (OpenMP), 0 = OMP_NUM_THREADS or all cores"},
+        {"bench", ARG_SWITCH, &a->bench, "benchmark: random tokens, no data files, timing summary"},
+    };
+    args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
+               "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
+    // checks that need no file
+    struct { const char* name; int value; } positive[] = {
+        {"batch", a->batch}, {"seq", a->seq}, {"grad-accum", a->grad_accum}, {"steps", a->steps},
+        {"eval-batches", a->eval_batches}};
+    for (auto& p : positive) { if (p.value <= 0) { die("--%s must be positive, got %d", p.name, p.value); } }
+    struct { const char* name; int value; } non_negative[] = {
+        {"save-every", a->save_every}, {"layers", a->layers}, {"heads", a->heads}, {"channels", a->channels},
+        {"max-seq", a->max_seq}, {"vocab", a->vocab}, {"warmup", a->warmup}, {"eval-every", a->eval_every},
+        {"accuracy", a->accuracy}, {"sample-every", a->sample_every}, {"sample-len", a->sample_len},
+        {"top-k", a->top_k}, {"threads", a->threads}};
+    for (auto& p : non_negative) { if (p.value < 0) { die("--%s must be >= 0, got %d", p.name, p.value); } }
+    if (a->batch % a->grad_accum != 0) {
+        die("--batch %d is not divisible by --grad-accum %d", a->batch, a->grad_accum);
+    }
+    if (a->lr < 0 || a->weight_decay < 0 || a->clip < 0 || a->temperature < 0) {
+        die("--lr, --weight-decay, --clip and --temperature must be >= 0");
+    }
+    if (a->beta1 < 0 || a->beta1 >= 1 || a->beta2 < 0 || a->beta2 >= 1) { die("--beta1 and --beta2 must be in [0, 1)"); }
+    if (a->eps <= 0) { die("--eps must be positive, got %g", a->eps); }
+}
+
+static float validation_loss(GPT2* model, DataLoader* val, int batches) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next_batch(val);
+        gpt2_forward(model, val->inputs, val->B, val->T);
+        sum += gpt2_classifier(model, val->targets, NULL, 0.0f, 0) / ((double)val->B * val->T);
+    }
+    return (float)(sum / batches);
+}
+
+// One sample of `len` tokens from end-of-text, decoded to text.
+static void print_sample(GPT2* model, const Tokenizer* tok, int eot, int len, int top_k, float temperature, Rng* rng) {
+    std::vector<int> ctx(1, eot);
+    std::vector<float> logits(model->config.padded_vocab_size);
+    printf("sample: ");
+    for (int i = 0; i < len && (int)ctx.size() < model->max_T; i++) {
+        gpt2_forward(model, ctx.data(), 1, (int)ctx.size());
+        gpt2_logits_to_host(model, 0, (int)ctx.size() - 1, logits.data());
+        int next = sample_top_k(logits.data(), model->config.vocab_size, top_k, temperature, rng);
+        ctx.push_back(next);
+        if (tok) { tokenizer_print(tok, next); } else { printf("%d ", next); }
+    }
+    printf("\n---\n");
+}
+
+int main(int argc, char** argv) {
+    int rank = 0, world = 1;
+#ifdef USE_MPI
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+#endif
+    TrainArgs args;
+    parse_train_args(argc, argv, &args);
+    if (world != 1) {
+        die("train_gpt2 trains on a single rank so far; it was started with %d ranks (run it without mpirun)", world);
+    }
+#ifdef _OPENMP
+    if (args.threads > 0) { omp_set_num_threads(args.threads); }
+#endif
+
+    // ---- model
+    GPT2 model;
+    if (args.load) {
+        gpt2_load_checkpoint(&model, args.load);
+    } else {
+        GPT2Config cfg;
+        if (!gpt2_config_preset(args.model, &cfg)) {
+            die("unknown --model '%s' (expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl)", args.model);
+        }
+        if (args.layers) { cfg.num_layers = args.layers; }
+        if (args.heads) { cfg.num_heads = args.heads; }
+        if (args.channels) { cfg.channels = args.channels; }
+        if (args.max_seq) { cfg.max_seq_len = args.max_seq; }
+        if (args.vocab) { cfg.vocab_size = args.vocab; cfg.padded_vocab_size = padded_vocab(args.vocab); }
+        gpt2_build(&model, &cfg);
+        gpt2_init_random(&model, (uint64_t)args.seed);
+    }
+    const GPT2Config* cfg = &model.config;
+    if (args.seq > cfg->max_seq_len) {
+        die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len);
+    }
+    int B = args.batch / (args.grad_accum * world);   // this rank's micro-batch
+    int T = args.seq;
+    gpt2_allocate_activations(&model, B, T);
+
+    // ---- data and tokenizer
+    DataLoader train, val;
+    Tokenizer tokenizer;
+    int have_tokenizer = 0, eot = cfg->vocab_size - 1;
+    if (!args.bench) {
+        dataloader_init(&train, args.train_data, B, T, rank, world, cfg->vocab_size);
+        dataloader_init(&val, args.val_data, B, T, rank, world, cfg->vocab_size);
+        FILE* f = args.tokenizer ? fopen(args.tokenizer, "rb") : NULL;
+        if (f) {
+            fclose(f);
+            tokenizer_load(&tokenizer, args.tokenizer);
+            if (tokenizer.vocab_size != cfg->vocab_size) {
+                die("tokenizer '%s' has %d tokens but the model's vocabulary is %d", args.tokenizer,
+                    tokenizer.vocab_size, cfg->vocab_size);
+            }
+            have_tokenizer = 1;
+            eot = tokenizer.eot_token;
+        } else {
+            printf("note: no tokenizer at '%s': samples print token ids\n", args.tokenizer ? args.tokenizer : "");
+        }
+    }
+    std::vector<ArithExample> examples;
+    if (args.accuracy > 0 && !args.bench) {
+        if (cfg->vocab_size != 257) {
+            die("--accuracy needs the byte-level arithmetic data (vocab 257), the model has %d; use --accuracy 0",
+                cfg->vocab_size);
+        }
+        examples = arith_load_examples(args.val_data, eot, args.accuracy);
+    }
+
+    // ---- what we are about to do
+    printf("backend      %s, %d threads\n", BACKEND_NAME, backend_num_threads());
+    printf("model        L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters\n", cfg->num_layers,
+           cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
+           model.num_parameters);
+    printf("batch        %d sequences x %d tokens = %d tokens per step (micro-batch %d, %d micro-steps)\n",
+           args.batch, T, args.batch * T, B, args.grad_accum);
+    printf("data         %s\n", args.bench ? "random tokens (--bench)" : args.train_data);
+    printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
+           2.0 * model.num_parameters * sizeof(floatX) / 1048576.0,
+           2.0 * model.num_parameters * sizeof(float) / 1048576.0, model.acts_bytes / 1048576.0);
+
+    // ---- training
+    Rng sample_rng;
+    rng_init(&sample_rng, (uint64_t)args.seed + 1);
+    Rng bench_rng;
+    rng_init(&bench_rng, (uint64_t)args.seed + 2);
+    std::vector<int> bench_inputs, bench_targets;
+    double flops_per_step = gpt2_flops_per_token(&model, T) * args.batch * T;
+    double timed_seconds = 0.0;
+    int timed_steps = 0;
+    float val_loss = NAN;
+    for (int step = 0; step <= args.steps; step++) {
+        int last = step == args.steps;
+        // evaluation and samples happen before the step (and once after the last one)
+        if (!args.bench && (last || (args.eval_every > 0 && step % args.eval_every == 0))) {
+            val_loss = validation_loss(&model, &val, args.eval_batches);
+            if (examples.empty()) {
+                printf("val loss %.4f\n", val_loss);
+            } else {
+                if (last) { printf("held-out examples, greedy completion:\n"); }
+                float acc = arith_accuracy(&model, examples, eot, last ? 8 : 0);
+                printf("val loss %.4f | accuracy %.1f%% (exact match, %d held-out examples)\n", val_loss,
+                       100.0f * acc, (int)examples.size());
+            }
+        }
+        if (!args.bench && args.sample_every > 0 && (step % args.sample_every == 0 || last) && step > 0) {
+            print_sample(&model, have_tokenizer ? &tokenizer : NULL, eot, std::min(args.sample_len, T - 1),
+                         args.top_k, args.temperature, &sample_rng);
+        }
+        if (args.save && args.save_every > 0 && step > 0 && step % args.save_every == 0 && !last) {
+            gpt2_save_checkpoint(&model, args.save);
+            printf("saved %s (step %d)\n", args.save, step);
+        }
+        if (last) { break; }
+
+        double t0 = wall_seconds();
+        gpt2_zero_grad(&model);
+        float loss = 0.0f;
+        float dloss = 1.0f / ((float)args.batch * T);   // the loss is the mean over the global batch
+        for (int micro = 0; micro < args.grad_accum; micro++) {
+            const int* inputs;
+            const int* targets;
+            if (args.bench) {
+                bench_inputs.resize((size_t)B * T + 1);
+                for (auto& x : bench_inputs) { x = (int)(rng_u32(&bench_rng) % cfg->vocab_size); }
+                bench_targets.assign(bench_inputs.begin() + 1, bench_inputs.end());
+                inputs = bench_inputs.data();
+                targets = bench_targets.data();
+            } else {
+                dataloader_next_batch(&train);
+                inputs = train.inputs;
+                targets = train.targets;
+            }
+            gpt2_forward(&model, inputs, B, T);
+            loss += gpt2_classifier(&model, targets, NULL, dloss, 1) * dloss;
+            gpt2_backward(&model);
+        }
+        float lr = lr_at_step(step, args.steps, args.lr, args.warmup, args.lr_final_frac);
+        float norm = gpt2_update(&model, lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.clip);
+        double dt = wall_seconds() - t0;
+        if (!isfinite(loss) || !isfinite(norm)) {
+            die("step %d: loss %f, gradient norm %f: training diverged (try a lower --lr)", step + 1, loss, norm);
+        }
+        if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
+        print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * T, -1.0);
+    }
+
+    if (timed_steps > 0) {
+        double s = timed_seconds / timed_steps;
+        char tps[32];
+        printf("average step (excluding the first): %.1f ms | %s tok/s | %.1f GFLOP/s | %d threads\n", s * 1e3,
+               with_commas(args.batch * T / s, tps, sizeof(tps)), flops_per_step / s * 1e-9, backend_num_threads());
+    }
+    if (args.save) {
+        gpt2_save_checkpoint(&model, args.save);
+        printf("saved %s\n", args.save);
+    }
+    if (!args.bench) {
+        dataloader_free(&train);
+        dataloader_free(&val);
+        if (have_tokenizer) { tokenizer_free(&tokenizer); }
+    }
+    gpt2_free(&model);
+#ifdef USE_MPI
+    MPI_Finalize();
+#endif
+    return 0;
+}
