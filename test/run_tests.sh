@@ -35,8 +35,9 @@ run kernels ./test_kernelscpu
 run reference bash test/test_reference.sh
 run trainer bash test/test_trainer.sh
 run data python3 test/test_data.py
-if command -v nvcc >/dev/null 2>&1; then
-    run nvcc bash scripts/nvcc_check.sh nvcc
+NVCC=$(command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
+if [ -n "$NVCC" ]; then
+    run nvcc bash scripts/nvcc_check.sh "$NVCC"
 else
     echo "== nvcc: skipped, nvcc not found (install the CUDA toolkit to compile the .cu files with it)"
 fi

@@ -23,7 +23,8 @@ directory):
     tokenizer.bin      llm.c tokenizer file for the byte-level tokenizer
 
 Usage:
-    python3 dev/data/arithmetic.py                      # 3-digit addition
+    python3 dev/data/arithmetic.py                      # 2-digit addition (the default job)
+    python3 dev/data/arithmetic.py --digits 3           # 3-digit addition, much harder
     python3 dev/data/arithmetic.py --op '*' --digits 2  # 2-digit products
 
 The code is split into small pieces so that other outputs (e.g. an SFT file
@@ -163,8 +164,8 @@ def parse_args(argv=None):
         description="Write the offline arithmetic dataset (llm.c format).")
     p.add_argument("--op", default="+", choices=sorted(OPS),
                    help="operation: '+', '-' (a-b with a>=b) or '*' (default '+')")
-    p.add_argument("--digits", type=int, default=3,
-                   help="operands are uniform in [0, 10**digits) (default 3)")
+    p.add_argument("--digits", type=int, default=2,
+                   help="operands are uniform in [0, 10**digits) (default 2)")
     p.add_argument("--seed", type=int, default=1337,
                    help="random seed for sampling (default 1337); the "
                         "train/val split of pairs does not depend on it")

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# CPU benchmark: one training step of GPT-2 124M (12 layers, 12 heads, 768 channels, vocab
+# 50257 padded to 50304) at batch 4 x sequence 64, on all cores and on one core; the
+# speed-up of all cores over one is measured in the same run. Random tokens, no data needed.
+# Usage: scripts/bench_cpu.sh [steps]   (default 4; the first step is a warm-up, not timed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-4}
+cores=$(nproc)
+mkdir -p build
+echo "GPT-2 124M training step, batch 4 x 64 tokens, $steps steps, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+for threads in "$cores" 1; do
+    echo "--- $threads thread(s)"
+    OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads ./train_gpt2cpu --model gpt2 --bench --batch 4 --seq 64 \
+        --steps "$steps" --threads "$threads" | tee "build/bench_cpu_$threads.log" | grep -E '^(step|average|model|backend)'
+done
+ms() { sed -nE 's/^average step.*: ([0-9.]+) ms.*/\1/p' "build/bench_cpu_$1.log"; }
+all=$(ms "$cores"); one=$(ms 1)
+echo
+printf "%-12s %10s %12s\n" "threads" "ms/step" "tokens/s"
+awk -v c="$cores" -v a="$all" -v o="$one" 'BEGIN {
+    printf "%-12d %10.0f %12.0f\n", c, a, 256000 / a
+    printf "%-12d %10.0f %12.0f\n", 1, o, 256000 / o
+    printf "speed-up of %d threads over 1: %.2fx\n", c, o / a }'
