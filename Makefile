@@ -75,8 +75,14 @@ train: info train_gpt2cpu data
 test: info train_gpt2cpu test_gpt2cpu test_kernelscpu data
 	@bash test/run_tests.sh
 
-bench-cpu: info train_gpt2cpu
+bench-cpu: info train_gpt2cpu bench_matmul
 	@bash scripts/bench_cpu.sh
+
+# our matmul against the naive loop (validation) and against OpenBLAS (speed), when present
+BENCH_BLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DLLMC_OPENBLAS $$(pkg-config --cflags openblas)")
+BENCH_BLAS_LIBS := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
+bench_matmul: dev/cpu/bench_matmul.cpp llmc/cpu/matmul.h
+	$(CXX) -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra $(BENCH_BLAS) $< -o $@ $(BENCH_BLAS_LIBS)
 
 nvcc-check:
 ifeq ($(NVCC_FOUND),)
@@ -86,5 +92,5 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu train_gpt2cu test_gpt2cu
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu train_gpt2cu test_gpt2cu bench_matmul
 	rm -rf build

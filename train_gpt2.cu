@@ -44,12 +44,12 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->train_data = "data/arithmetic/train_*.bin";
     a->val_data = "data/arithmetic/val_*.bin";
     a->tokenizer = "data/arithmetic/tokenizer.bin";
-    a->batch = 32; a->seq = 64; a->grad_accum = 1; a->steps = 2000;
+    a->batch = 32; a->seq = 64; a->grad_accum = 1; a->steps = 1600;
     a->lr = 4e-3f; a->lr_final_frac = 0.1f; a->warmup = 50;
     a->weight_decay = 0.1f; a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f; a->clip = 1.0f;
     a->seed = 1337;
-    a->eval_every = 250; a->eval_batches = 8; a->accuracy = 500;
-    a->sample_every = 500; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
+    a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
+    a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},

@@ -22,3 +22,10 @@ awk -v c="$cores" -v a="$all" -v o="$one" 'BEGIN {
     printf "%-12d %10.0f %12.0f\n", c, a, 256000 / a
     printf "%-12d %10.0f %12.0f\n", 1, o, 256000 / o
     printf "speed-up of %d threads over 1: %.2fx\n", c, o / a }'
+
+# The matmul alone, our kernel against OpenBLAS (when the build found it), same shapes.
+if [ -x ./bench_matmul ]; then
+    echo
+    echo "--- matmul: GPT-2 124M shapes, ours vs OpenBLAS ($cores threads)"
+    OMP_NUM_THREADS=$cores ./bench_matmul
+fi
