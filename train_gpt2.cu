@@ -200,11 +200,10 @@ int main(int argc, char** argv) {
     }
     std::vector<ArithExample> examples;
     if (args.accuracy > 0 && !args.bench) {
-        if (cfg->vocab_size != 257) {
-            die("--accuracy needs the byte-level arithmetic data (vocab 257), the model has %d; use --accuracy 0",
-                cfg->vocab_size);
+        if (cfg->vocab_size == 257) { examples = arith_load_examples(args.val_data, eot, args.accuracy); }
+        if (examples.empty()) {
+            printf("note: no exact-match accuracy: it needs byte-level 'a+b=c' validation data (dev/data/arithmetic.py)\n");
         }
-        examples = arith_load_examples(args.val_data, eot, args.accuracy);
     }
 
     // ---- what we are about to do

@@ -40,8 +40,7 @@ static inline std::vector<ArithExample> arith_load_examples(const char* pattern,
         out.push_back(ex);
     }
     globfree(&g);
-    if (out.empty()) { die("'%s' holds no 'a+b=c' documents for the accuracy eval", pattern); }
-    return out;
+    return out;   // empty when the shard holds no "a+b=c" documents
 }
 
 // Greedy completion of up to model->max_B prompts at once. The prompts have different
