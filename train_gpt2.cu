@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
     // ---- model
     GPT2 model;
     if (args.load) {
+        if (args.layers || args.heads || args.channels || args.max_seq || args.vocab) {
+            die("--load takes the model's shape from the checkpoint: drop --layers/--heads/--channels/--max-seq/--vocab");
+        }
         gpt2_load_checkpoint(&model, args.load);
     } else {
         GPT2Config cfg;
