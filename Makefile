@@ -11,6 +11,7 @@ PYTHON ?= python3
 CXXFLAGS_CPU = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
 HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h)
+COMM_HEADERS = $(wildcard llmc/comm/*.h)
 
 # --- prerequisites, each found or reported once
 ifeq ($(shell command -v $(CXX) 2>/dev/null),)
@@ -26,6 +27,7 @@ ifneq ($(MPICXX),)
   CPU_CC = $(MPICXX)
   CXXFLAGS_CPU += -DUSE_MPI -DOMPI_SKIP_MPICXX
   MPI_NOTE = with MPI ($(MPICXX))
+  MPI_TARGETS = test_collectivescpu
 else
   CPU_CC = $(CXX)
   MPI_NOTE = without MPI: single-rank build (install libopenmpi-dev for mpirun)
@@ -48,7 +50,7 @@ NVCC_FOUND := $(NVCC)
 
 .PHONY: all train test bench-cpu nvcc-check data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
@@ -62,6 +64,10 @@ test_gpt2cpu: test/test_gpt2.cu $(HEADERS)
 test_kernelscpu: test/test_kernels.cu $(HEADERS)
 	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
 
+# the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
+test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS)
+	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+
 # the default dataset: offline, Python standard library only
 data: data/arithmetic/train_000000.bin
 data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
@@ -72,7 +78,7 @@ data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
 train: info train_gpt2cpu data
 	./train_gpt2cpu --save data/arithmetic/model.bin
 
-test: info train_gpt2cpu test_gpt2cpu test_kernelscpu data
+test: info train_gpt2cpu test_gpt2cpu test_kernelscpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -92,5 +98,5 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu train_gpt2cu test_gpt2cu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_collectivescpu train_gpt2cu test_gpt2cu bench_matmul
 	rm -rf build

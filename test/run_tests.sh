@@ -35,6 +35,7 @@ run kernels ./test_kernelscpu
 run reference bash test/test_reference.sh
 run trainer bash test/test_trainer.sh
 run data python3 test/test_data.py
+run collectives bash test/test_collectives.sh
 NVCC=$(command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
 if [ -n "$NVCC" ]; then
     run nvcc bash scripts/nvcc_check.sh "$NVCC"

@@ -1,0 +1,243 @@
+// Communicators, data types, reduction ops, the local reduce, and traffic counters.
+//
+// A Comm is a plain struct around an MPI communicator: the world, or any subset of it made
+// with comm_split (the dimensions of the parallel mesh later). Every transport call
+// (transport.h) adds the bytes and messages it sends to its communicator's counters, so a
+// test or the step line can hold the counted volume against an algorithm's formula.
+//
+// Types: fp32, bf16 (stored as uint16; reduced in fp32, rounded back to nearest-even) and
+// int32. Ops: sum, avg (sum, then divide by the number of ranks; int32 divides with C's
+// truncation toward zero), max, min.
+//
+// Counts. Broadcast, reduce and all-reduce take the number of elements of the buffer.
+// Gather, scatter, all-gather and reduce-scatter take `count`, the number of elements of the
+// FULL buffer (the gathered or the unreduced one), and split it into p blocks with the
+// balanced rule of comm_block_offset/comm_block_count: the first count % p ranks own
+// ceil(count / p) elements, the others floor(count / p). Rank r owns block r. So count may
+// be anything, 0 and counts below p included (some blocks are then empty), and an all-reduce
+// is exactly a reduce-scatter followed by an all-gather of the same count. All-to-all takes the
+// count per pair of ranks. Native and educational versions follow the same rules.
+//
+// This stage is MPI on host buffers only. The NCCL path (device buffers) slots in at the
+// transport layer: algorithms call only comm_send/comm_recv/comm_sendrecv and comm_reduce_local.
+#pragma once
+
+#ifndef USE_MPI
+#error "llmc/comm/ needs MPI: build with mpicxx and -DUSE_MPI (the Makefile does this when it finds mpicxx)"
+#endif
+
+#include <mpi.h>
+#include "../common.h"
+
+typedef enum { COMM_FP32 = 0, COMM_BF16 = 1, COMM_INT32 = 2 } CommType;
+typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2, COMM_MIN = 3 } CommOp;
+
+static inline const char* comm_type_name(CommType t) {
+    switch (t) {
+        case COMM_FP32: return "fp32";
+        case COMM_BF16: return "bf16";
+        case COMM_INT32: return "int32";
+    }
+    return "?";
+}
+static inline const char* comm_op_name(CommOp op) {
+    switch (op) {
+        case COMM_SUM: return "sum";
+        case COMM_AVG: return "avg";
+        case COMM_MAX: return "max";
+        case COMM_MIN: return "min";
+    }
+    return "?";
+}
+static inline size_t comm_type_size(CommType t) { return t == COMM_BF16 ? 2 : 4; }
+
+typedef struct {
+    MPI_Comm mpi;
+    int rank;                 // this process's rank in the communicator
+    int size;                 // p, the number of ranks
+    int world_rank;           // for error messages
+    char name[32];            // "world", "dp", ...: for error messages
+    int check_args;           // 1: each collective first checks that all ranks passed the same
+                              // count, type, op and root (one small uncounted MPI_Allreduce)
+    uint64_t bytes_sent;      // added to by every transport call
+    uint64_t messages_sent;
+} Comm;
+
+typedef struct { uint64_t bytes, messages; } CommVolume;   // what an algorithm says a rank sends
+
+// Fatal error naming the call, the rank and the reason. Every rank that detects the problem
+// reports it; mpirun ends the others when the first one exits.
+__attribute__((format(printf, 3, 4), noreturn))
+static inline void comm_die(const Comm* c, const char* call, const char* fmt, ...) {
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    die("%s on rank %d of communicator '%s' (size %d): %s", call, c->rank, c->name, c->size, reason);
+}
+
+static inline void comm_check_root(const Comm* c, const char* call, int root) {
+    if (root < 0 || root >= c->size) {
+        comm_die(c, call, "root %d out of range [0, %d)", root, c->size);
+    }
+}
+
+// MPI counts are int: refuse what does not fit rather than truncate it.
+static inline int comm_int_count(const Comm* c, const char* call, size_t n) {
+    if (n > (size_t)INT32_MAX) {
+        comm_die(c, call, "%zu elements/bytes exceed MPI's int count limit", n);
+    }
+    return (int)n;
+}
+
+// Every rank must pass the same arguments to a collective; a mismatch would otherwise hang or
+// silently corrupt data. With check_args on, compare them across ranks (min == max).
+static inline void comm_check_args(const Comm* c, const char* call, size_t count, CommType t, CommOp op, int root) {
+    if (!c->check_args || c->size == 1) { return; }
+    long long mine[4] = {(long long)count, (long long)t, (long long)op, (long long)root};
+    long long lo[4], hi[4];
+    MPI_Allreduce(mine, lo, 4, MPI_LONG_LONG, MPI_MIN, c->mpi);
+    MPI_Allreduce(mine, hi, 4, MPI_LONG_LONG, MPI_MAX, c->mpi);
+    const char* what[4] = {"count", "type", "op", "root"};
+    for (int i = 0; i < 4; i++) {
+        if (lo[i] != hi[i]) {
+            comm_die(c, call, "ranks disagree on the %s (this rank passed %lld, values range from %lld to %lld)",
+                     what[i], mine[i], lo[i], hi[i]);
+        }
+    }
+}
+
+// --- communicators
+
+static inline Comm comm_from_mpi(MPI_Comm mpi, const char* name) {
+    Comm c;
+    memset(&c, 0, sizeof(c));
+    c.mpi = mpi;
+    MPI_Comm_rank(mpi, &c.rank);
+    MPI_Comm_size(mpi, &c.size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.world_rank);
+    snprintf(c.name, sizeof(c.name), "%s", name);
+    c.check_args = 1;
+    return c;
+}
+
+// Initialises MPI (once per process) and returns the world communicator.
+static inline Comm comm_init_world(int* argc, char*** argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) { MPI_Init(argc, argv); }
+    // line-buffered stderr: die() writes a line in pieces, and ranks dying at once would interleave them
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);   // our own context: our messages never meet the user's
+    return comm_from_mpi(dup, "world");
+}
+
+// Ranks of `parent` that pass the same color form one new communicator, ordered by key (ties
+// by parent rank). Collective over parent: every rank of it must call.
+static inline Comm comm_split(const Comm* parent, int color, int key, const char* name) {
+    if (color < 0) { comm_die(parent, "comm_split", "color %d is negative", color); }
+    MPI_Comm sub;
+    MPI_Comm_split(parent->mpi, color, key, &sub);
+    return comm_from_mpi(sub, name);
+}
+
+static inline void comm_free(Comm* c) {
+    if (c->mpi != MPI_COMM_NULL) { MPI_Comm_free(&c->mpi); }
+}
+
+static inline void comm_finalize(void) { MPI_Finalize(); }
+
+static inline void comm_reset_counters(Comm* c) { c->bytes_sent = 0; c->messages_sent = 0; }
+
+// --- the balanced block split (see "Counts" above)
+
+static inline size_t comm_block_offset(size_t count, int p, int r) {
+    size_t q = count / (size_t)p, m = count % (size_t)p;
+    return (size_t)r * q + ((size_t)r < m ? (size_t)r : m);
+}
+static inline size_t comm_block_count(size_t count, int p, int r) {
+    return count / (size_t)p + ((size_t)r < count % (size_t)p ? 1 : 0);
+}
+
+// --- bf16
+
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// Round to nearest, ties to even; NaN stays NaN.
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40); }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+// --- the local reduce: dst[i] = dst[i] op src[i], the only arithmetic the algorithms do.
+// avg reduces as sum here; comm_avg_finish divides once the sum is complete.
+
+template <typename T>
+static inline T comm_apply(T a, T b, CommOp op) {
+    switch (op) {
+        case COMM_MAX: return a > b ? a : b;
+        case COMM_MIN: return a < b ? a : b;
+        default: return a + b;
+    }
+}
+
+static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op) {
+    if (t == COMM_FP32) {
+        float* d = (float*)dst;
+        const float* s = (const float*)src;
+        for (size_t i = 0; i < n; i++) { d[i] = comm_apply(d[i], s[i], op); }
+    } else if (t == COMM_INT32) {
+        int32_t* d = (int32_t*)dst;
+        const int32_t* s = (const int32_t*)src;
+        // sum in uint32 so that overflow wraps (as MPI's does in practice) instead of being UB
+        for (size_t i = 0; i < n; i++) {
+            d[i] = (op == COMM_SUM || op == COMM_AVG) ? (int32_t)((uint32_t)d[i] + (uint32_t)s[i])
+                                                      : comm_apply(d[i], s[i], op);
+        }
+    } else {
+        uint16_t* d = (uint16_t*)dst;
+        const uint16_t* s = (const uint16_t*)src;
+        for (size_t i = 0; i < n; i++) {
+            d[i] = float_to_bf16(comm_apply(bf16_to_float(d[i]), bf16_to_float(s[i]), op));
+        }
+    }
+}
+
+// avg = sum / p, the same arithmetic in every version so that results match bit for bit.
+static inline void comm_avg_finish(void* buf, size_t n, CommType t, CommOp op, int p) {
+    if (op != COMM_AVG || n == 0) { return; }
+    if (t == COMM_FP32) {
+        float* b = (float*)buf;
+        for (size_t i = 0; i < n; i++) { b[i] = b[i] / (float)p; }
+    } else if (t == COMM_INT32) {
+        int32_t* b = (int32_t*)buf;
+        for (size_t i = 0; i < n; i++) { b[i] = b[i] / p; }
+    } else {
+        uint16_t* b = (uint16_t*)buf;
+        for (size_t i = 0; i < n; i++) { b[i] = float_to_bf16(bf16_to_float(b[i]) / (float)p); }
+    }
+}
+
+// --- small helpers for the algorithms
+
+static inline char* comm_at(void* buf, size_t elem, CommType t) { return (char*)buf + elem * comm_type_size(t); }
+static inline const char* comm_at(const void* buf, size_t elem, CommType t) {
+    return (const char*)buf + elem * comm_type_size(t);
+}
+static inline void comm_copy(void* dst, const void* src, size_t n, CommType t) {
+    if (dst != src && n > 0) { memmove(dst, src, n * comm_type_size(t)); }
+}
+static inline void* comm_scratch(size_t n, CommType t) {
+    void* p = malloc(n == 0 ? 1 : n * comm_type_size(t));
+    if (p == NULL) { die("out of host memory allocating a %zu-element scratch buffer", n); }
+    return p;
+}

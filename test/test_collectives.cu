@@ -1,0 +1,463 @@
+// Every collective algorithm against the native MPI collective and against the result computed
+// locally, bit for bit, and the bytes and messages each rank sent against the algorithm's
+// formula. Run under mpirun for several rank counts (test/test_collectives.sh).
+//
+// Data are small integers (-8..8) that depend on (rank, index), so every rank can compute any
+// rank's input, and sums over up to 8 ranks stay exact in fp32 and bf16 whatever the order of
+// the additions. One PASS/FAIL line per (primitive, algorithm) and rank count.
+//
+//   mpirun -np 4 ./test_collectivescpu           the tests
+//   mpirun -np 2 ./test_collectivescpu --bad X   one bad call (X = root or count): must die
+#ifndef USE_MPI
+#include <stdio.h>
+int main() {
+    printf("test_collectives: built without MPI, nothing to test (install libopenmpi-dev)\n");
+    return 0;
+}
+#else
+#include <string>
+#include <vector>
+#include "../llmc/comm/native.h"
+#include "../llmc/comm/ring.h"
+#include "../llmc/comm/tree.h"
+#include "../llmc/comm/recursive.h"
+
+static Comm W;
+static const CommType TYPES[] = {COMM_FP32, COMM_BF16, COMM_INT32};
+static const CommOp OPS[] = {COMM_SUM, COMM_AVG, COMM_MAX, COMM_MIN};
+static const size_t BIG = 1000003;   // about 1M, not divisible by any p tested
+
+// --- data
+
+static int value(int rank, size_t i, int salt) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(rank * 40503 + salt * 9176 + 1);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return (int)(h % 17) - 8;
+}
+
+static void store(void* buf, size_t i, CommType t, double x) {
+    if (t == COMM_FP32) { ((float*)buf)[i] = (float)x; }
+    else if (t == COMM_INT32) { ((int32_t*)buf)[i] = (int32_t)x; }
+    else { ((uint16_t*)buf)[i] = float_to_bf16((float)x); }
+}
+
+// buf[0..n) = rank's input elements first..first+n
+static void fill(void* buf, size_t first, size_t n, CommType t, int rank, int salt) {
+    for (size_t i = 0; i < n; i++) { store(buf, i, t, value(rank, first + i, salt)); }
+}
+
+// buf[0..n) = the reduction over all ranks of elements first..first+n, as comm.h defines it
+static void expect_reduced(void* buf, size_t first, size_t n, CommType t, CommOp op, int salt) {
+    int p = W.size;
+    for (size_t i = 0; i < n; i++) {
+        int acc = value(0, first + i, salt);
+        for (int r = 1; r < p; r++) {
+            int x = value(r, first + i, salt);
+            acc = op == COMM_MAX ? (x > acc ? x : acc) : op == COMM_MIN ? (x < acc ? x : acc) : acc + x;
+        }
+        store(buf, i, t, acc);
+    }
+    comm_avg_finish(buf, n, t, op, p);
+}
+
+static void* garbage(size_t n, CommType t) {
+    void* b = comm_scratch(n, t);
+    memset(b, 0x7b, n == 0 ? 1 : n * comm_type_size(t));
+    return b;
+}
+static bool same(const void* a, const void* b, size_t n, CommType t) {
+    return n == 0 || memcmp(a, b, n * comm_type_size(t)) == 0;
+}
+
+// --- one group of cases = one PASS/FAIL line
+
+struct Group {
+    std::string name;
+    long cases = 0, failed = 0;
+    std::string first;
+};
+
+__attribute__((format(printf, 3, 4)))
+static void record(Group& g, bool ok, const char* fmt, ...) {
+    g.cases++;
+    if (ok) { return; }
+    if (g.failed++ == 0) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        g.first = msg;
+    }
+}
+
+static int total_failed_groups = 0;
+
+static void report(Group& g) {
+    long failed = g.failed;
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_LONG, MPI_SUM, W.mpi);
+    if (g.failed > 0) { fprintf(stderr, "  rank %d, first failure: %s\n", W.rank, g.first.c_str()); }
+    fflush(stderr);
+    MPI_Barrier(W.mpi);
+    if (W.rank == 0) {
+        if (failed == 0) {
+            printf("PASS %s p=%d (%ld cases)\n", g.name.c_str(), W.size, g.cases);
+        } else {
+            printf("FAIL %s p=%d: %ld failures in %ld cases x %d ranks\n", g.name.c_str(), W.size, failed, g.cases, W.size);
+        }
+        fflush(stdout);
+    }
+    total_failed_groups += failed > 0;
+}
+
+static std::vector<size_t> small_counts() {
+    size_t p = (size_t)W.size;
+    return {0, 1, p - 1, p, 2 * p + 1, 1009};
+}
+
+// --- all-reduce, reduce-scatter, all-gather
+
+typedef void (*ReduceFn)(Comm*, const void*, void*, size_t, CommType, CommOp);
+typedef void (*GatherFn)(Comm*, const void*, void*, size_t, CommType);
+typedef CommVolume (*VolumeFn)(size_t, CommType, int, int);
+static CommVolume no_volume(size_t, CommType, int, int) { return {0, 0}; }   // MPI's own traffic is not counted
+
+// sends: the counters must have grown by exactly the formula
+static bool volume_ok(const CommVolume& before, const CommVolume& want, std::string* why) {
+    uint64_t b = W.bytes_sent - before.bytes, m = W.messages_sent - before.messages;
+    if (b == want.bytes && m == want.messages) { return true; }
+    char s[160];
+    snprintf(s, sizeof(s), "sent %llu bytes in %llu messages, formula says %llu in %llu",
+             (unsigned long long)b, (unsigned long long)m, (unsigned long long)want.bytes, (unsigned long long)want.messages);
+    *why = s;
+    return false;
+}
+
+static void test_allreduce(const char* algo, ReduceFn fn, VolumeFn vol) {
+    Group g;
+    g.name = std::string("allreduce ") + algo;
+    std::vector<size_t> counts = small_counts();
+    counts.push_back(BIG);
+    for (CommType t : TYPES) for (CommOp op : OPS) for (size_t n : counts) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 7 * op + 31 * t;
+        void* send = comm_scratch(n, t);
+        fill(send, 0, n, t, W.rank, salt);
+        void* want = comm_scratch(n, t);
+        expect_reduced(want, 0, n, t, op, salt);
+        void* nat = garbage(n, t);
+        allreduce_native(&W, send, nat, n, t, op);
+        void* out = in_place ? send : garbage(n, t);
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        fn(&W, send, out, n, t, op);
+        std::string why;
+        bool ok = volume_ok(before, vol(n, t, W.size, W.rank), &why);
+        void* orig = comm_scratch(n, t);
+        fill(orig, 0, n, t, W.rank, salt);
+        if (!in_place && !same(send, orig, n, t)) { ok = false; why = "modified its send buffer"; }
+        if (!same(nat, want, n, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (!same(out, nat, n, t)) { ok = false; why = "result differs from allreduce_native"; }
+        record(g, ok, "%s %s count %zu %s: %s", comm_type_name(t), comm_op_name(op), n,
+               in_place ? "in place" : "out of place", why.c_str());
+        free(send); free(want); free(nat); free(orig);
+        if (!in_place) { free(out); }
+    }
+    report(g);
+}
+
+static void test_reduce_scatter(const char* algo, ReduceFn fn, VolumeFn vol) {
+    Group g;
+    g.name = std::string("reduce_scatter ") + algo;
+    std::vector<size_t> counts = small_counts();
+    counts.push_back(BIG);
+    int p = W.size, r = W.rank;
+    for (CommType t : TYPES) for (CommOp op : OPS) for (size_t n : counts) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 7 * op + 31 * t + 1;
+        size_t off = comm_block_offset(n, p, r), mine = comm_block_count(n, p, r);
+        void* send = comm_scratch(n, t);
+        fill(send, 0, n, t, r, salt);
+        void* want = comm_scratch(mine, t);
+        expect_reduced(want, off, mine, t, op, salt);
+        void* nat = garbage(mine, t);
+        reduce_scatter_native(&W, send, nat, n, t, op);
+        void* out = in_place ? comm_at(send, off, t) : garbage(mine, t);
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        fn(&W, send, out, n, t, op);
+        std::string why;
+        bool ok = volume_ok(before, vol(n, t, p, r), &why);
+        if (!same(nat, want, mine, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (!same(out, nat, mine, t)) { ok = false; why = "result differs from reduce_scatter_native"; }
+        record(g, ok, "%s %s count %zu %s: %s", comm_type_name(t), comm_op_name(op), n,
+               in_place ? "in place" : "out of place", why.c_str());
+        free(send); free(want); free(nat);
+        if (!in_place) { free(out); }
+    }
+    report(g);
+}
+
+static void test_allgather(const char* algo, GatherFn fn, VolumeFn vol) {
+    Group g;
+    g.name = std::string("allgather ") + algo;
+    std::vector<size_t> counts = small_counts();
+    counts.push_back(BIG);
+    int p = W.size, r = W.rank;
+    for (CommType t : TYPES) for (size_t n : counts) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 31 * t + 2;
+        size_t off = comm_block_offset(n, p, r), mine = comm_block_count(n, p, r);
+        void* want = comm_scratch(n, t);
+        for (int q = 0; q < p; q++) {
+            fill(comm_at(want, comm_block_offset(n, p, q), t), comm_block_offset(n, p, q), comm_block_count(n, p, q), t, q, salt);
+        }
+        void* send = comm_scratch(mine, t);
+        fill(send, off, mine, t, r, salt);
+        void* nat = garbage(n, t);
+        allgather_native(&W, send, nat, n, t);
+        void* out = garbage(n, t);
+        if (in_place) { comm_copy(comm_at(out, off, t), send, mine, t); }
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        fn(&W, in_place ? comm_at(out, off, t) : send, out, n, t);
+        std::string why;
+        bool ok = volume_ok(before, vol(n, t, p, r), &why);
+        if (!same(nat, want, n, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (!same(out, nat, n, t)) { ok = false; why = "result differs from allgather_native"; }
+        record(g, ok, "%s count %zu %s: %s", comm_type_name(t), n, in_place ? "in place" : "out of place", why.c_str());
+        free(send); free(want); free(nat); free(out);
+    }
+    report(g);
+}
+
+// --- broadcast and reduce, every root
+
+typedef void (*BroadcastFn)(Comm*, void*, size_t, CommType, int);
+typedef CommVolume (*RootVolumeFn)(size_t, CommType, int, int, int);
+static CommVolume no_root_volume(size_t, CommType, int, int, int) { return {0, 0}; }
+
+static void broadcast_ring_small_chunks(Comm* c, void* buf, size_t n, CommType t, int root) { broadcast_ring_chunked(c, buf, n, t, root, 7); }
+static CommVolume broadcast_ring_default_volume(size_t n, CommType t, int p, int r, int root) { return broadcast_ring_volume(n, t, p, r, root, 0); }
+static CommVolume broadcast_ring_small_volume(size_t n, CommType t, int p, int r, int root) { return broadcast_ring_volume(n, t, p, r, root, 7); }
+
+static void test_broadcast(const char* algo, BroadcastFn fn, RootVolumeFn vol) {
+    Group g;
+    g.name = std::string("broadcast ") + algo;
+    std::vector<size_t> counts = small_counts();
+    counts.push_back(BIG);
+    for (CommType t : TYPES) for (size_t n : counts) for (int root = 0; root < W.size; root++) {
+        if (n == BIG && root > 1) { continue; }
+        int salt = (int)n + 31 * t + 3 + root;
+        void* want = comm_scratch(n, t);
+        fill(want, 0, n, t, root, salt);
+        void* nat = garbage(n, t);
+        if (W.rank == root) { comm_copy(nat, want, n, t); }
+        broadcast_native(&W, nat, n, t, root);
+        void* out = garbage(n, t);
+        if (W.rank == root) { comm_copy(out, want, n, t); }
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        fn(&W, out, n, t, root);
+        std::string why;
+        bool ok = volume_ok(before, vol(n, t, W.size, W.rank, root), &why);
+        if (!same(nat, want, n, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (!same(out, nat, n, t)) { ok = false; why = "result differs from broadcast_native"; }
+        record(g, ok, "%s count %zu root %d: %s", comm_type_name(t), n, root, why.c_str());
+        free(want); free(nat); free(out);
+    }
+    report(g);
+}
+
+typedef void (*RootReduceFn)(Comm*, const void*, void*, size_t, CommType, CommOp, int);
+
+static void test_reduce(const char* algo, RootReduceFn fn, RootVolumeFn vol) {
+    Group g;
+    g.name = std::string("reduce ") + algo;
+    std::vector<size_t> counts = small_counts();
+    for (CommType t : TYPES) for (CommOp op : OPS) for (size_t n : counts) for (int root = 0; root < W.size; root++)
+    for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 7 * op + 31 * t + 4 + root;
+        bool at_root = W.rank == root;
+        void* send = comm_scratch(n, t);
+        fill(send, 0, n, t, W.rank, salt);
+        void* want = comm_scratch(n, t);
+        expect_reduced(want, 0, n, t, op, salt);
+        void* nat = garbage(n, t);
+        reduce_native(&W, send, nat, n, t, op, root);
+        void* out = in_place ? send : garbage(n, t);
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        fn(&W, send, out, n, t, op, root);
+        std::string why;
+        bool ok = volume_ok(before, vol(n, t, W.size, W.rank, root), &why);
+        if (at_root && !same(nat, want, n, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (at_root && !same(out, nat, n, t)) { ok = false; why = "result differs from reduce_native"; }
+        record(g, ok, "%s %s count %zu root %d %s: %s", comm_type_name(t), comm_op_name(op), n, root,
+               in_place ? "in place" : "out of place", why.c_str());
+        free(send); free(want); free(nat);
+        if (!in_place) { free(out); }
+    }
+    report(g);
+}
+
+static void reduce_native_fn(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op, int root) { reduce_native(c, s, r, n, t, op, root); }
+
+// --- the native-only primitives, against the locally computed result
+
+static void test_gather_scatter() {
+    int p = W.size, r = W.rank;
+    Group g;
+    g.name = "gather native";
+    for (CommType t : TYPES) for (size_t n : small_counts()) for (int root = 0; root < p; root++) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 31 * t + 5 + root;
+        size_t off = comm_block_offset(n, p, r), mine = comm_block_count(n, p, r);
+        void* want = comm_scratch(n, t);
+        for (int q = 0; q < p; q++) {
+            fill(comm_at(want, comm_block_offset(n, p, q), t), comm_block_offset(n, p, q), comm_block_count(n, p, q), t, q, salt);
+        }
+        void* out = garbage(n, t);
+        void* send = comm_scratch(mine, t);
+        fill(send, off, mine, t, r, salt);
+        bool ip = in_place && r == root;
+        if (ip) { comm_copy(comm_at(out, off, t), send, mine, t); }
+        gather_native(&W, ip ? comm_at(out, off, t) : send, out, n, t, root);
+        record(g, r != root || same(out, want, n, t), "%s count %zu root %d%s: wrong result",
+               comm_type_name(t), n, root, in_place ? " in place" : "");
+        free(want); free(out); free(send);
+    }
+    report(g);
+    Group s;
+    s.name = "scatter native";
+    for (CommType t : TYPES) for (size_t n : small_counts()) for (int root = 0; root < p; root++) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 31 * t + 6 + root;
+        size_t off = comm_block_offset(n, p, r), mine = comm_block_count(n, p, r);
+        void* full = comm_scratch(n, t);
+        fill(full, 0, n, t, root, salt);
+        void* want = comm_scratch(mine, t);
+        fill(want, off, mine, t, root, salt);
+        bool ip = in_place && r == root;
+        void* out = ip ? comm_at(full, off, t) : garbage(mine, t);
+        scatter_native(&W, full, out, n, t, root);
+        record(s, same(out, want, mine, t), "%s count %zu root %d%s: wrong result", comm_type_name(t), n, root,
+               in_place ? " in place" : "");
+        free(full); free(want);
+        if (!ip) { free(out); }
+    }
+    report(s);
+}
+
+static void test_alltoall() {
+    int p = W.size, r = W.rank;
+    Group g;
+    g.name = "alltoall native";
+    for (CommType t : TYPES) for (size_t n : small_counts()) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 31 * t + 8;
+        // rank q's send block j holds value(q, j * n + i)
+        void* send = comm_scratch(n * p, t);
+        fill(send, 0, n * p, t, r, salt);
+        void* want = comm_scratch(n * p, t);
+        for (int q = 0; q < p; q++) { fill(comm_at(want, q * n, t), r * n, n, t, q, salt); }
+        void* out = in_place ? send : garbage(n * p, t);
+        alltoall_native(&W, send, out, n, t);
+        record(g, same(out, want, n * p, t), "%s count %zu%s: wrong result", comm_type_name(t), n, in_place ? " in place" : "");
+        free(send); free(want);
+        if (!in_place) { free(out); }
+    }
+    report(g);
+    // all-to-all-v: rank q sends (q + j) % 3 * k elements to rank j, k from the counts list
+    Group v;
+    v.name = "alltoallv native";
+    for (CommType t : TYPES) for (size_t k : small_counts()) {
+        int salt = (int)k + 31 * t + 9;
+        auto amount = [&](int from, int to) { return (size_t)((from + to) % 3) * k; };
+        std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
+        size_t stotal = 0, rtotal = 0;
+        for (int j = 0; j < p; j++) {
+            sc[j] = amount(r, j); sd[j] = stotal; stotal += sc[j];
+            rc[j] = amount(j, r); rd[j] = rtotal; rtotal += rc[j];
+        }
+        void* send = comm_scratch(stotal, t);
+        fill(send, 0, stotal, t, r, salt);
+        void* want = comm_scratch(rtotal, t);
+        for (int q = 0; q < p; q++) {
+            size_t first = 0;   // where rank q's block for r starts in q's send buffer
+            for (int j = 0; j < r; j++) { first += amount(q, j); }
+            fill(comm_at(want, rd[q], t), first, rc[q], t, q, salt);
+        }
+        void* out = garbage(rtotal, t);
+        alltoallv_native(&W, send, sc.data(), sd.data(), out, rc.data(), rd.data(), t);
+        record(v, same(out, want, rtotal, t), "%s k %zu: wrong result", comm_type_name(t), k);
+        free(send); free(want); free(out);
+    }
+    report(v);
+}
+
+static void test_counts_and_split() {
+    // the balanced split covers [0, count) exactly, blocks differ by at most one, and sub-groups
+    // made with comm_split see the right ranks
+    Group g;
+    g.name = "block split and comm_split";
+    for (size_t n : {0, 1, 5, 1009}) for (int p = 1; p <= 9; p++) {
+        size_t next = 0;
+        bool ok = true;
+        for (int r = 0; r < p; r++) {
+            ok = ok && comm_block_offset(n, p, r) == next && comm_block_count(n, p, r) * p <= n + p - 1 &&
+                 comm_block_count(n, p, r) * p + p >= n + 1;
+            next += comm_block_count(n, p, r);
+        }
+        record(g, ok && next == n, "split of %zu over %d ranks", n, p);
+    }
+    Comm half = comm_split(&W, W.rank % 2, W.rank, "half");
+    record(g, half.size == (W.size + 1 - W.rank % 2) / 2 && half.rank == W.rank / 2, "comm_split: size %d rank %d", half.size, half.rank);
+    // an all-reduce on the sub-group: sum of world ranks of the same parity
+    int mine = W.rank, sum = 0, want = 0;
+    allreduce_ring(&half, &mine, &sum, 1, COMM_INT32, COMM_SUM);
+    for (int q = W.rank % 2; q < W.size; q += 2) { want += q; }
+    record(g, sum == want, "allreduce_ring on a sub-group: got %d, want %d", sum, want);
+    record(g, W.size == 1 || half.bytes_sent > 0 || half.size == 1, "sub-group counters did not count");
+    comm_free(&half);
+    report(g);
+}
+
+static void bad_call(const char* what) {
+    int v = 1, out = 0;
+    if (strcmp(what, "root") == 0) {
+        broadcast_tree(&W, &v, 1, COMM_INT32, W.size);
+    } else if (strcmp(what, "count") == 0) {
+        int buf[4] = {0, 0, 0, 0}, res[4];
+        allreduce_ring(&W, buf, res, W.rank == 0 ? 3 : 4, COMM_INT32, COMM_SUM);
+    } else {
+        die("unknown --bad '%s' (root, count)", what);
+    }
+    printf("bad call '%s' returned (%d)\n", what, out);
+}
+
+int main(int argc, char** argv) {
+    W = comm_init_world(&argc, &argv);
+    if (argc == 3 && strcmp(argv[1], "--bad") == 0) {
+        bad_call(argv[2]);
+        comm_finalize();
+        return 0;
+    }
+    double t0 = wall_seconds();
+    test_counts_and_split();
+    test_allreduce("native", allreduce_native, no_volume);
+    test_allreduce("ring", allreduce_ring, allreduce_ring_volume);
+    test_allreduce("recursive_doubling", allreduce_recursive_doubling, allreduce_recursive_doubling_volume);
+    test_allreduce("rabenseifner", allreduce_rabenseifner, allreduce_rabenseifner_volume);
+    test_reduce_scatter("native", reduce_scatter_native, no_volume);
+    test_reduce_scatter("ring", reduce_scatter_ring, reduce_scatter_ring_volume);
+    test_reduce_scatter("recursive_halving", reduce_scatter_recursive_halving, reduce_scatter_recursive_halving_volume);
+    test_allgather("native", allgather_native, no_volume);
+    test_allgather("ring", allgather_ring, allgather_ring_volume);
+    test_allgather("recursive_doubling", allgather_recursive_doubling, allgather_recursive_doubling_volume);
+    test_broadcast("native", broadcast_native, no_root_volume);
+    test_broadcast("ring", broadcast_ring, broadcast_ring_default_volume);
+    test_broadcast("ring chunk=7", broadcast_ring_small_chunks, broadcast_ring_small_volume);
+    test_broadcast("tree", broadcast_tree, broadcast_tree_volume);
+    test_reduce("native", reduce_native_fn, no_root_volume);
+    test_reduce("tree", reduce_tree, reduce_tree_volume);
+    test_gather_scatter();
+    test_alltoall();
+    barrier_native(&W);
+    if (W.rank == 0) { printf("p=%d: %.1f s, %d failing groups\n", W.size, wall_seconds() - t0, total_failed_groups); }
+    comm_free(&W);
+    comm_finalize();
+    return total_failed_groups > 0 ? 1 : 0;
+}
+#endif

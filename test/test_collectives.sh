@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The collectives (llmc/comm/) under mpirun for p in 1 2 3 4 5 8: every algorithm against the
+# native MPI collective, bit for bit, and its counted bytes against its formula
+# (test/test_collectives.cu prints one PASS/FAIL line per group and p). Then bad calls: each
+# must end the job with a one-line error naming the call, the rank and the reason, never hang.
+set -u
+cd "$(dirname "$0")/.."
+if ! command -v mpirun >/dev/null; then
+    echo "skipping the collectives: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 0
+fi
+if [ ! -x ./test_collectivescpu ]; then
+    echo "FAIL test_collectivescpu is not built (make test_collectivescpu needs mpicxx)"
+    exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shared memory only, and ranks that wait yield the core: the machine may have fewer cores than ranks
+MPIRUN="mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+status=0
+for p in 1 2 3 4 5 8; do
+    timeout 120 $MPIRUN -np $p ./test_collectivescpu
+    rc=$?
+    if [ $rc -eq 124 ]; then echo "FAIL collectives p=$p: timed out"; status=1
+    elif [ $rc -ne 0 ]; then echo "FAIL collectives p=$p: exit status $rc"; status=1; fi
+done
+
+# expect_error NAME PATTERN ARGS...: the run must fail and print PATTERN on stderr
+expect_error() {
+    local name=$1 pattern=$2; shift 2
+    local err
+    err=$(timeout 60 $MPIRUN -np 2 ./test_collectivescpu "$@" 2>&1 >/dev/null)
+    local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$pattern" <<<"$err"; then
+        echo "PASS $name: $(grep -m1 -- "$pattern" <<<"$err")"
+    else
+        echo "FAIL $name: exit status $rc, wanted '$pattern' in: $(head -3 <<<"$err")"
+        status=1
+    fi
+}
+expect_error "bad root" "error: broadcast_tree on rank [01] of communicator 'world' (size 2): root 2 out of range \[0, 2)" --bad root
+expect_error "mismatched counts" "error: allreduce_ring on rank [01] of communicator 'world' (size 2): ranks disagree on the count" --bad count
+exit $status
