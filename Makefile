@@ -2,6 +2,7 @@
 #   make train        the default job: arithmetic data, tiny GPT-2, CPU, a few minutes
 #   make test         every test; the last line is "N passed, M failed"
 #   make bench-cpu    GPT-2 124M training step on all cores and on one core
+#   make bench-comm   collbench: every all-reduce algorithm vs MPI's, 2 and 4 ranks (needs mpicxx)
 #   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
 # Options: OPENBLAS=1 (matmuls through OpenBLAS), NO_MPI=1, CXX=..., PYTHON=...
 
@@ -27,7 +28,7 @@ ifneq ($(MPICXX),)
   CPU_CC = $(MPICXX)
   CXXFLAGS_CPU += -DUSE_MPI -DOMPI_SKIP_MPICXX
   MPI_NOTE = with MPI ($(MPICXX))
-  MPI_TARGETS = test_collectivescpu
+  MPI_TARGETS = test_collectivescpu collbenchcpu
 else
   CPU_CC = $(CXX)
   MPI_NOTE = without MPI: single-rank build (install libopenmpi-dev for mpirun)
@@ -48,7 +49,7 @@ endif
 
 NVCC_FOUND := $(NVCC)
 
-.PHONY: all train test bench-cpu nvcc-check data clean info
+.PHONY: all train test bench-cpu bench-comm nvcc-check data clean info
 
 all: info train_gpt2cpu test_gpt2cpu test_kernelscpu $(MPI_TARGETS)
 
@@ -68,6 +69,10 @@ test_kernelscpu: test/test_kernels.cu $(HEADERS)
 test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS)
 	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
 
+# collbench: the collectives timed nccl-tests style (doc/collectives.md)
+collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS)
+	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+
 # the default dataset: offline, Python standard library only
 data: data/arithmetic/train_000000.bin
 data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
@@ -84,6 +89,18 @@ test: info train_gpt2cpu test_gpt2cpu test_kernelscpu $(MPI_TARGETS) data
 bench-cpu: info train_gpt2cpu bench_matmul
 	@bash scripts/bench_cpu.sh
 
+# a short collbench sweep: all-reduce, every algorithm, 4 B .. 64 MiB (x16), on 2 and 4 ranks
+bench-comm: info
+ifeq ($(MPICXX),)
+	@echo "skipping bench-comm: mpicxx not found (apt-get install libopenmpi-dev openmpi-bin)"
+else
+	@$(MAKE) --no-print-directory collbenchcpu
+	@for p in 2 4; do \
+	  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --mca btl self,vader \
+	    --mca mpi_yield_when_idle 1 -np $$p ./collbenchcpu -p allreduce -a all -b 4 -e 64M -f 16 -n 10 -w 2 || exit 1; \
+	done
+endif
+
 # our matmul against the naive loop (validation) and against OpenBLAS (speed), when present
 BENCH_BLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DLLMC_OPENBLAS $$(pkg-config --cflags openblas)")
 BENCH_BLAS_LIBS := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
@@ -98,5 +115,5 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_collectivescpu train_gpt2cu test_gpt2cu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_collectivescpu collbenchcpu train_gpt2cu test_gpt2cu bench_matmul
 	rm -rf build

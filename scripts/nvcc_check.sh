@@ -3,6 +3,12 @@
 # The CUDA kernels (llmc/cuda/) arrive with the CUDA backend issue; until then the .cu files
 # are compiled with the CPU backend (-DLLMC_CPU), which checks that the driver and the tests
 # stay valid nvcc input. Prints PASS/FAIL per file.
+#
+# Then the CUDA build of the collectives (llmc/comm/'s device path: NCCL and staged MPI on
+# device buffers, compiled when nvcc builds without -DLLMC_CPU): each file of COMM_CUDA_FILES
+# is compiled and linked without -DLLMC_CPU, with MPI (flags from mpicxx --showme) and NCCL.
+# Nothing is run: CI has no GPU. Set NCCL_HOME when nccl.h and libnccl are not in nvcc's own
+# include and library paths.
 set -u
 NVCC=${1:-nvcc}
 cd "$(dirname "$0")/.."
@@ -20,4 +26,27 @@ for f in $(find . -name '*.cu' -not -path './build/*' -not -path './.git/*' | se
     fi
 done
 rm -f build/nvcc_check.o
+
+# --- the CUDA build of llmc/comm/ (device path), compiled and linked
+COMM_CUDA_FILES=(collbench.cu test/test_collectives.cu test/test_collectives_device.cu)
+if ! command -v mpicxx >/dev/null; then
+    echo "SKIP nvcc CUDA comm build: mpicxx not found (apt-get install libopenmpi-dev)"
+else
+    read -r -a mpi_cflags <<<"$(mpicxx --showme:compile)"
+    read -r -a mpi_lflags <<<"$(mpicxx --showme:link)"
+    nccl_flags=()
+    if [ -n "${NCCL_HOME:-}" ]; then nccl_flags=(-I"$NCCL_HOME/include" -L"$NCCL_HOME/lib"); fi
+    cflags=(-std=c++17 -O1 -DUSE_MPI -DOMPI_SKIP_MPICXX "${mpi_cflags[@]}" "${nccl_flags[@]}" -Xcompiler -Wall,-Wextra)
+    for f in "${COMM_CUDA_FILES[@]}"; do
+        out=build/$(basename "$f" .cu)_cuda
+        log=build/nvcc_cuda_$(echo "$f" | tr '/.' '__').log
+        if "$NVCC" "${cflags[@]}" "$f" -o "$out" "${mpi_lflags[@]}" -lnccl >"$log" 2>&1 && ! grep -q -i "warning" "$log"; then
+            echo "PASS nvcc CUDA comm build compiles and links $f -> $out (not run: needs a GPU)"
+        else
+            echo "FAIL nvcc CUDA comm build of $f (see $log)"
+            sed 's/^/    /' "$log" | head -20
+            fail=1
+        fi
+    done
+fi
 exit $fail

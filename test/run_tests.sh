@@ -36,6 +36,7 @@ run reference bash test/test_reference.sh
 run trainer bash test/test_trainer.sh
 run data python3 test/test_data.py
 run collectives bash test/test_collectives.sh
+run collbench bash test/test_collbench.sh
 NVCC=$(command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
 if [ -n "$NVCC" ]; then
     run nvcc bash scripts/nvcc_check.sh "$NVCC"

@@ -7,7 +7,8 @@
 // the additions. One PASS/FAIL line per (primitive, algorithm) and rank count.
 //
 //   mpirun -np 4 ./test_collectivescpu           the tests
-//   mpirun -np 2 ./test_collectivescpu --bad X   one bad call (X = root or count): must die
+//   mpirun -np 2 ./test_collectivescpu --bad X   one bad call (X = root, count, servers, node,
+//                                                grid, alltoallv): must die
 #ifndef USE_MPI
 #include <stdio.h>
 int main() {
@@ -21,6 +22,11 @@ int main() {
 #include "../llmc/comm/ring.h"
 #include "../llmc/comm/tree.h"
 #include "../llmc/comm/recursive.h"
+#include "../llmc/comm/alltoall.h"
+#include "../llmc/comm/bruck.h"
+#include "../llmc/comm/ps.h"
+#include "../llmc/comm/hierarchical.h"
+#include "../llmc/comm/torus.h"
 
 static Comm W;
 static const CommType TYPES[] = {COMM_FP32, COMM_BF16, COMM_INT32};
@@ -94,6 +100,7 @@ static void record(Group& g, bool ok, const char* fmt, ...) {
 }
 
 static int total_failed_groups = 0;
+static double last_report = 0;   // wall_seconds() at the last report: each line shows its group's time
 
 static void report(Group& g) {
     long failed = g.failed;
@@ -103,13 +110,14 @@ static void report(Group& g) {
     MPI_Barrier(W.mpi);
     if (W.rank == 0) {
         if (failed == 0) {
-            printf("PASS %s p=%d (%ld cases)\n", g.name.c_str(), W.size, g.cases);
+            printf("PASS %s p=%d (%ld cases, %.1f s)\n", g.name.c_str(), W.size, g.cases, wall_seconds() - last_report);
         } else {
             printf("FAIL %s p=%d: %ld failures in %ld cases x %d ranks\n", g.name.c_str(), W.size, failed, g.cases, W.size);
         }
         fflush(stdout);
     }
     total_failed_groups += failed > 0;
+    last_report = wall_seconds();
 }
 
 static std::vector<size_t> small_counts() {
@@ -135,12 +143,16 @@ static bool volume_ok(const CommVolume& before, const CommVolume& want, std::str
     return false;
 }
 
-static void test_allreduce(const char* algo, ReduceFn fn, VolumeFn vol) {
+// full = false, to keep the run short: counts {0, 1, p-1, p, 1009 (prime), ~1M}, the ~1M one
+// only for fp32 sum
+static void test_allreduce(const char* algo, ReduceFn fn, VolumeFn vol, bool full = true) {
     Group g;
     g.name = std::string("allreduce ") + algo;
     std::vector<size_t> counts = small_counts();
     counts.push_back(BIG);
     for (CommType t : TYPES) for (CommOp op : OPS) for (size_t n : counts) for (int in_place = 0; in_place < 2; in_place++) {
+        if (!full && n == BIG && (t != COMM_FP32 || op != COMM_SUM)) { continue; }
+        if (!full && n == 2 * (size_t)W.size + 1) { continue; }
         int salt = (int)n + 7 * op + 31 * t;
         void* send = comm_scratch(n, t);
         fill(send, 0, n, t, W.rank, salt);
@@ -387,6 +399,178 @@ static void test_alltoall() {
     report(v);
 }
 
+// --- the educational all-to-alls against alltoall_native
+
+static void test_alltoall_algo(const char* algo, GatherFn fn, VolumeFn vol) {
+    int p = W.size, r = W.rank;
+    Group g;
+    g.name = std::string("alltoall ") + algo;
+    std::vector<size_t> counts = small_counts();
+    counts.push_back(BIG / p);   // about 1M elements in all
+    for (CommType t : TYPES) for (size_t n : counts) for (int in_place = 0; in_place < 2; in_place++) {
+        int salt = (int)n + 31 * t + 10;
+        void* send = comm_scratch(n * p, t);
+        fill(send, 0, n * p, t, r, salt);
+        void* want = comm_scratch(n * p, t);
+        for (int q = 0; q < p; q++) { fill(comm_at(want, q * n, t), r * n, n, t, q, salt); }
+        void* nat = garbage(n * p, t);
+        alltoall_native(&W, send, nat, n, t);
+        void* out = in_place ? send : garbage(n * p, t);
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        fn(&W, send, out, n, t);
+        std::string why;
+        bool ok = volume_ok(before, vol(n, t, p, r), &why);
+        void* orig = comm_scratch(n * p, t);
+        fill(orig, 0, n * p, t, r, salt);
+        if (!in_place && !same(send, orig, n * p, t)) { ok = false; why = "modified its send buffer"; }
+        if (!same(nat, want, n * p, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (!same(out, nat, n * p, t)) { ok = false; why = "result differs from alltoall_native"; }
+        record(g, ok, "%s count %zu %s: %s", comm_type_name(t), n, in_place ? "in place" : "out of place", why.c_str());
+        free(send); free(want); free(nat); free(orig);
+        if (!in_place) { free(out); }
+    }
+    report(g);
+}
+
+// all-to-all-v with random per-peer counts (a quarter of them zero), the same on every rank
+static void test_alltoallv_pairwise() {
+    int p = W.size, r = W.rank;
+    Group g;
+    g.name = "alltoallv pairwise";
+    const size_t maxima[] = {0, 1, (size_t)p, 1009, 2 * BIG / ((size_t)p * p)};
+    for (CommType t : TYPES) for (size_t k : maxima) for (int trial = 0; trial < 3; trial++) {
+        int salt = (int)k + 31 * t + 11 + 97 * trial;
+        auto amount = [&](int from, int to) -> size_t {
+            uint32_t h = (uint32_t)(from * 131 + to * 7 + salt) * 2654435761u;
+            h ^= h >> 16;
+            return h % 4 == 0 ? 0 : (size_t)(h >> 2) % (k + 1);
+        };
+        std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
+        size_t stotal = 0, rtotal = 0;
+        for (int j = 0; j < p; j++) {
+            sc[j] = amount(r, j); sd[j] = stotal; stotal += sc[j];
+            rc[j] = amount(j, r); rd[j] = rtotal; rtotal += rc[j];
+        }
+        void* send = comm_scratch(stotal, t);
+        fill(send, 0, stotal, t, r, salt);
+        void* want = comm_scratch(rtotal, t);
+        for (int q = 0; q < p; q++) {
+            size_t first = 0;   // where rank q's block for r starts in q's send buffer
+            for (int j = 0; j < r; j++) { first += amount(q, j); }
+            fill(comm_at(want, rd[q], t), first, rc[q], t, q, salt);
+        }
+        void* nat = garbage(rtotal, t);
+        alltoallv_native(&W, send, sc.data(), sd.data(), nat, rc.data(), rd.data(), t);
+        void* out = garbage(rtotal, t);
+        CommVolume before = {W.bytes_sent, W.messages_sent};
+        alltoallv_pairwise(&W, send, sc.data(), sd.data(), out, rc.data(), rd.data(), t);
+        std::string why;
+        bool ok = volume_ok(before, alltoallv_pairwise_volume(sc.data(), t, p, r), &why);
+        if (!same(nat, want, rtotal, t)) { ok = false; why = "native result differs from the expected one"; }
+        if (!same(out, nat, rtotal, t)) { ok = false; why = "result differs from alltoallv_native"; }
+        record(g, ok, "%s max %zu trial %d: %s", comm_type_name(t), k, trial, why.c_str());
+        free(send); free(want); free(nat); free(out);
+    }
+    report(g);
+}
+
+// --- parameter server, hierarchical and torus: algorithm parameters through globals
+
+static int g_servers = 1, g_node = 1, g_rows = 1, g_cols = 1;
+static HierInter g_inter = HIER_INTER_RING;
+
+static void allreduce_ps_fn(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    allreduce_parameter_server(c, s, r, n, t, op, g_servers);
+}
+static CommVolume allreduce_ps_vol(size_t n, CommType t, int p, int r) { return allreduce_parameter_server_volume(n, t, p, r, g_servers); }
+// most calls through a plan made once per group (as a trainer would), every 4th through
+// allreduce_hierarchical, which splits the communicator itself
+static HierPlan g_plan;
+static long g_hier_calls = 0;
+static void allreduce_hier_fn(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    if (g_hier_calls++ % 4 == 0) {
+        allreduce_hierarchical(c, s, r, n, t, op, g_node, g_inter);
+    } else {
+        allreduce_hierarchical_plan(c, &g_plan, s, r, n, t, op, g_inter);
+    }
+}
+static CommVolume allreduce_hier_vol(size_t n, CommType t, int p, int r) { return allreduce_hierarchical_volume(n, t, p, r, g_node, g_inter); }
+static void allreduce_torus_fn(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    allreduce_torus2d(c, s, r, n, t, op, g_rows, g_cols);
+}
+static CommVolume allreduce_torus_vol(size_t n, CommType t, int p, int r) { return allreduce_torus2d_volume(n, t, p, r, g_rows, g_cols); }
+
+// the parameter server's formulas: what all ranks send is what all ranks receive, and a
+// server receives (p-1) times its slice while a worker receives the whole buffer once
+static void test_parameter_server_formulas() {
+    int p = W.size;
+    Group g;
+    g.name = "parameter_server volume formulas";
+    for (size_t n : small_counts()) for (int S = 1; S <= p; S++) {
+        uint64_t sent = 0, received = 0, ms = 0, mr = 0;
+        for (int r = 0; r < p; r++) {
+            CommVolume a = allreduce_parameter_server_volume(n, COMM_FP32, p, r, S);
+            CommVolume b = allreduce_parameter_server_received(n, COMM_FP32, p, r, S);
+            sent += a.bytes; ms += a.messages; received += b.bytes; mr += b.messages;
+        }
+        record(g, sent == received && ms == mr, "count %zu S %d: sent %llu bytes, received %llu", n, S,
+               (unsigned long long)sent, (unsigned long long)received);
+        if (n > 0 && p > 1) {
+            CommVolume server = allreduce_parameter_server_received(n, COMM_FP32, p, 0, 1);
+            CommVolume worker = allreduce_parameter_server_received(n, COMM_FP32, p, p - 1, 1);
+            record(g, server.bytes == (uint64_t)(p - 1) * n * 4 && worker.bytes == n * 4,
+                   "count %zu S=1: server receives %llu, worker %llu", n, (unsigned long long)server.bytes,
+                   (unsigned long long)worker.bytes);
+        }
+    }
+    report(g);
+}
+
+// Degenerate shapes (node size 1 or p, grid 1 x p) reduce to the flat ring and are tested only
+// where p is prime and nothing else exists; the ~1M count only for fp32 sum and max.
+static void test_new_allreduces() {
+    int p = W.size;
+    std::vector<int> servers = {1};              // one server, every rank a server, and 2 for odd p
+    if (p > 1) { servers.push_back(p); }
+    if (p > 2 && p % 2 == 1) { servers.push_back(2); }
+    for (int S : servers) {
+        g_servers = S;
+        std::string name = "parameter_server S=" + std::to_string(S);
+        test_allreduce(name.c_str(), allreduce_ps_fn, allreduce_ps_vol, false);
+    }
+    bool recursive_done = false;
+    for (int n = 2; n < p; n++) {
+        if (p % n != 0) { continue; }
+        for (HierInter inter : {HIER_INTER_RING, HIER_INTER_RECURSIVE_DOUBLING}) {
+            if (inter == HIER_INTER_RECURSIVE_DOUBLING && recursive_done) { continue; }
+            recursive_done = recursive_done || inter == HIER_INTER_RECURSIVE_DOUBLING;
+            g_node = n;
+            g_inter = inter;
+            std::string name = "hierarchical node=" + std::to_string(n) + " inter=" + hier_inter_name(inter);
+            g_plan = hier_plan_make(&W, "test", n);
+            test_allreduce(name.c_str(), allreduce_hier_fn, allreduce_hier_vol, false);
+            hier_plan_free(&g_plan);
+        }
+    }
+    if (!recursive_done) {   // p prime (or 1): the two degenerate shapes
+        g_node = p; g_inter = HIER_INTER_RING;
+        g_plan = hier_plan_make(&W, "test", g_node);
+        test_allreduce(("hierarchical node=" + std::to_string(p) + " inter=ring").c_str(), allreduce_hier_fn, allreduce_hier_vol, false);
+        hier_plan_free(&g_plan);
+        g_node = 1; g_inter = HIER_INTER_RECURSIVE_DOUBLING;
+        g_plan = hier_plan_make(&W, "test", g_node);
+        test_allreduce("hierarchical node=1 inter=recursive_doubling", allreduce_hier_fn, allreduce_hier_vol, false);
+        hier_plan_free(&g_plan);
+    }
+    for (int rows = 1; rows <= p; rows++) {
+        if (p % rows != 0 || ((rows == 1 || rows == p) && !(rows == 1 && !recursive_done))) { continue; }
+        g_rows = rows;
+        g_cols = p / rows;
+        std::string name = "torus2d " + std::to_string(rows) + "x" + std::to_string(p / rows);
+        test_allreduce(name.c_str(), allreduce_torus_fn, allreduce_torus_vol, false);
+    }
+}
+
 static void test_counts_and_split() {
     // the balanced split covers [0, count) exactly, blocks differ by at most one, and sub-groups
     // made with comm_split see the right ranks
@@ -421,8 +605,19 @@ static void bad_call(const char* what) {
     } else if (strcmp(what, "count") == 0) {
         int buf[4] = {0, 0, 0, 0}, res[4];
         allreduce_ring(&W, buf, res, W.rank == 0 ? 3 : 4, COMM_INT32, COMM_SUM);
+    } else if (strcmp(what, "servers") == 0) {
+        allreduce_parameter_server(&W, &v, &out, 1, COMM_INT32, COMM_SUM, W.size + 1);
+    } else if (strcmp(what, "node") == 0) {
+        allreduce_hierarchical(&W, &v, &out, 1, COMM_INT32, COMM_SUM, W.size + 1, HIER_INTER_RING);
+    } else if (strcmp(what, "grid") == 0) {
+        allreduce_torus2d(&W, &v, &out, 1, COMM_INT32, COMM_SUM, 2, W.size);
+    } else if (strcmp(what, "alltoallv") == 0) {
+        // rank 0 sends 2 elements to every rank; rank 1 expects 3 from rank 0
+        int sbuf[8] = {0}, rbuf[8];
+        size_t sc[2] = {2, 2}, sd[2] = {0, 2}, rc[2] = {W.rank == 1 ? 3u : 2u, 2}, rd[2] = {0, 3};
+        alltoallv_pairwise(&W, sbuf, sc, sd, rbuf, rc, rd, COMM_INT32);
     } else {
-        die("unknown --bad '%s' (root, count)", what);
+        die("unknown --bad '%s' (root, count, servers, node, grid, alltoallv)", what);
     }
     printf("bad call '%s' returned (%d)\n", what, out);
 }
@@ -435,6 +630,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     double t0 = wall_seconds();
+    last_report = t0;
     test_counts_and_split();
     test_allreduce("native", allreduce_native, no_volume);
     test_allreduce("ring", allreduce_ring, allreduce_ring_volume);
@@ -446,6 +642,7 @@ int main(int argc, char** argv) {
     test_allgather("native", allgather_native, no_volume);
     test_allgather("ring", allgather_ring, allgather_ring_volume);
     test_allgather("recursive_doubling", allgather_recursive_doubling, allgather_recursive_doubling_volume);
+    test_allgather("bruck", allgather_bruck, allgather_bruck_volume);
     test_broadcast("native", broadcast_native, no_root_volume);
     test_broadcast("ring", broadcast_ring, broadcast_ring_default_volume);
     test_broadcast("ring chunk=7", broadcast_ring_small_chunks, broadcast_ring_small_volume);
@@ -454,6 +651,11 @@ int main(int argc, char** argv) {
     test_reduce("tree", reduce_tree, reduce_tree_volume);
     test_gather_scatter();
     test_alltoall();
+    test_alltoall_algo("pairwise", alltoall_pairwise, alltoall_pairwise_volume);
+    test_alltoall_algo("bruck", alltoall_bruck, alltoall_bruck_volume);
+    test_alltoallv_pairwise();
+    test_parameter_server_formulas();
+    test_new_allreduces();
     barrier_native(&W);
     if (W.rank == 0) { printf("p=%d: %.1f s, %d failing groups\n", W.size, wall_seconds() - t0, total_failed_groups); }
     comm_free(&W);

@@ -18,8 +18,25 @@
 // is exactly a reduce-scatter followed by an all-gather of the same count. All-to-all takes the
 // count per pair of ranks. Native and educational versions follow the same rules.
 //
-// This stage is MPI on host buffers only. The NCCL path (device buffers) slots in at the
-// transport layer: algorithms call only comm_send/comm_recv/comm_sendrecv and comm_reduce_local.
+// Host buffers travel over MPI. The device path (device buffers: NCCL, or MPI through host
+// copies) is compiled only in the CUDA build, see "The device path" below; the algorithms do
+// not change, they call only comm_send/comm_recv/comm_sendrecv and comm_reduce_local.
+//
+// The device path (CUDA build). LLMC_CUDA_COMM is defined here when nvcc compiles without
+// -DLLMC_CPU; the CPU build (g++/mpicxx, or nvcc with -DLLMC_CPU) contains none of it and is
+// unchanged. comm_enable_device(c) turns a communicator into a device communicator (collective
+// over c): its collectives then take device buffers, and its transport moves them over one of
+// two wires, chosen once for the whole communicator so that both ends of a message agree:
+//   NCCL    ncclSend/ncclRecv and the nccl* collectives, on c->stream; the NCCL communicator
+//           is made from an ncclUniqueId that rank 0 creates and MPI_Bcast hands to the others.
+//   staged  when two ranks of c on one node use the same GPU (NCCL refuses a communicator with
+//           a duplicate device), or when asked: device -> pinned host copy, MPI, host -> device.
+//           Slower, but a student with one GPU can still run 4 ranks.
+// Both wires count the same bytes as the host path. Every call returns when its data are in
+// place (the stream is synchronised), like its MPI twin. The helpers without a communicator
+// (comm_copy, comm_reduce_local, comm_avg_finish) look at the pointers (cudaPointerGetAttributes)
+// and only while some device communicator exists, so host-only programs make no CUDA call.
+// comm_scratch stays host memory: stage-1 algorithms release it with free().
 #pragma once
 
 #ifndef USE_MPI
@@ -28,6 +45,17 @@
 
 #include <mpi.h>
 #include "../common.h"
+
+#if defined(__CUDACC__) && !defined(LLMC_CPU) && !defined(LLMC_CUDA_COMM)
+#define LLMC_CUDA_COMM 1
+#endif
+#if defined(LLMC_CUDA_COMM) && !defined(__CUDACC__)
+#error "LLMC_CUDA_COMM (the device path of llmc/comm/) needs nvcc"
+#endif
+#ifdef LLMC_CUDA_COMM
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
 
 typedef enum { COMM_FP32 = 0, COMM_BF16 = 1, COMM_INT32 = 2 } CommType;
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2, COMM_MIN = 3 } CommOp;
@@ -61,6 +89,17 @@ typedef struct {
                               // count, type, op and root (one small uncounted MPI_Allreduce)
     uint64_t bytes_sent;      // added to by every transport call
     uint64_t messages_sent;
+#ifdef LLMC_CUDA_COMM
+    int device;               // 1: a device communicator (comm_enable_device); 0: host, as in the CPU build
+    int staged;               // device buffers travel as host copies over MPI instead of NCCL
+    int cuda_device;          // cudaGetDevice() when enabled
+    ncclComm_t nccl;          // NULL when staged
+    cudaStream_t stream;      // NCCL calls and the native collectives' kernels run here
+    void* host_stage[2];      // pinned host copies of device buffers (staged wire): [0] send, [1] recv
+    size_t host_stage_bytes[2];
+    void* dev_stage[2];       // device copies of host buffers (NCCL wire) and the bf16 -> fp32 widening
+    size_t dev_stage_bytes[2];
+#endif
 } Comm;
 
 typedef struct { uint64_t bytes, messages; } CommVolume;   // what an algorithm says a rank sends
@@ -108,6 +147,218 @@ static inline void comm_check_args(const Comm* c, const char* call, size_t count
     }
 }
 
+#ifdef LLMC_CUDA_COMM
+#include "reduce_local.cuh"
+
+// --- the device path (CUDA build only; see "The device path" at the top)
+
+// How many device communicators exist in this process: while none does, the pointer-taking
+// helpers never call CUDA, so a CUDA build runs host-only programs without a GPU.
+static inline int& comm_device_comms() {
+    static int n = 0;
+    return n;
+}
+
+static inline int comm_world_rank_for_errors(void) {
+    int init = 0, r = -1;
+    MPI_Initialized(&init);
+    if (init) { MPI_Comm_rank(MPI_COMM_WORLD, &r); }
+    return r;
+}
+
+// Every CUDA and NCCL return is checked: the error names the call, the rank and the reason.
+static inline void comm_cuda_check(const Comm* c, const char* call, cudaError_t e) {
+    if (e == cudaSuccess) { return; }
+    if (c != NULL) { comm_die(c, call, "%s", cudaGetErrorString(e)); }
+    die("%s on world rank %d: %s", call, comm_world_rank_for_errors(), cudaGetErrorString(e));
+}
+static inline void comm_nccl_check(const Comm* c, const char* call, ncclResult_t r) {
+    if (r != ncclSuccess) { comm_die(c, call, "%s", ncclGetErrorString(r)); }
+}
+
+// Device (or managed) memory? Host memory, plain or pinned, is not. Only asked while a device
+// communicator exists.
+static inline bool comm_is_device_ptr(const void* p) {
+    if (comm_device_comms() == 0 || p == NULL) { return false; }
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+        cudaGetLastError();   // clear it: an unknown pointer is host memory
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static inline ncclDataType_t comm_nccl_type(CommType t) {
+    if (t == COMM_FP32) { return ncclFloat32; }
+    if (t == COMM_INT32) { return ncclInt32; }
+    return ncclBfloat16;
+}
+// avg maps to ncclSum: the quotient is taken afterwards by comm_avg_finish's kernel, the same
+// sum / p as the host path, so device and host results agree bit for bit. (ncclAvg's rounding
+// is NCCL's own; for floats it may scale the inputs by 1/p before adding.)
+static inline ncclRedOp_t comm_nccl_op(CommOp op) {
+    if (op == COMM_MAX) { return ncclMax; }
+    if (op == COMM_MIN) { return ncclMin; }
+    return ncclSum;
+}
+
+// Staging buffers, grown on demand and kept with the communicator: slot 0 send, slot 1 recv.
+static inline void* comm_host_stage(Comm* c, int slot, size_t bytes) {
+    if (bytes > c->host_stage_bytes[slot]) {
+        if (c->host_stage[slot] != NULL) { comm_cuda_check(c, "cudaFreeHost", cudaFreeHost(c->host_stage[slot])); }
+        comm_cuda_check(c, "cudaMallocHost", cudaMallocHost(&c->host_stage[slot], bytes));
+        c->host_stage_bytes[slot] = bytes;
+    }
+    return c->host_stage[slot];
+}
+static inline void* comm_dev_stage(Comm* c, int slot, size_t bytes) {
+    if (bytes > c->dev_stage_bytes[slot]) {
+        if (c->dev_stage[slot] != NULL) { comm_cuda_check(c, "cudaFree", cudaFree(c->dev_stage[slot])); }
+        comm_cuda_check(c, "cudaMalloc", cudaMalloc(&c->dev_stage[slot], bytes));
+        c->dev_stage_bytes[slot] = bytes;
+    }
+    return c->dev_stage[slot];
+}
+
+// One GPU per rank of a node, round robin over the node's GPUs (the node-local rank modulo
+// the GPU count): with fewer GPUs than ranks, several ranks share one and the device
+// communicators made afterwards use the staged wire. Collective over c.
+static inline void comm_select_device(const Comm* c) {
+    MPI_Comm node;
+    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    int local = 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    int n = 0;
+    comm_cuda_check(c, "cudaGetDeviceCount", cudaGetDeviceCount(&n));
+    if (n == 0) { comm_die(c, "comm_select_device", "no CUDA device"); }
+    comm_cuda_check(c, "cudaSetDevice", cudaSetDevice(local % n));
+}
+
+// Do two ranks of c on one node use the same GPU? Compared by PCI bus id, not by device
+// number, which CUDA_VISIBLE_DEVICES renumbers per process. Same answer on every rank of c.
+static inline int comm_shares_gpu(const Comm* c, int dev) {
+    char bus[32];
+    memset(bus, 0, sizeof(bus));
+    comm_cuda_check(c, "cudaDeviceGetPCIBusId", cudaDeviceGetPCIBusId(bus, (int)sizeof(bus) - 1, dev));
+    MPI_Comm node;
+    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    int nlocal = 0;
+    MPI_Comm_size(node, &nlocal);
+    char* all = (char*)malloc((size_t)nlocal * sizeof(bus));
+    if (all == NULL) { comm_die(c, "comm_enable_device", "out of host memory"); }
+    MPI_Allgather(bus, (int)sizeof(bus), MPI_CHAR, all, (int)sizeof(bus), MPI_CHAR, node);
+    int shared = 0;
+    for (int i = 0; i < nlocal; i++) {
+        for (int j = i + 1; j < nlocal; j++) {
+            if (strncmp(all + i * sizeof(bus), all + j * sizeof(bus), sizeof(bus)) == 0) { shared = 1; }
+        }
+    }
+    free(all);
+    MPI_Comm_free(&node);
+    int any = 0;
+    MPI_Allreduce(&shared, &any, 1, MPI_INT, MPI_MAX, c->mpi);
+    return any;
+}
+
+// Makes c a device communicator on the current GPU (cudaSetDevice first, or comm_select_device).
+// Collective over c. force_staged = 1 (or LLMC_COMM_STAGED=1 in the environment) picks the
+// staged wire even when NCCL could run, to compare the two.
+static inline void comm_enable_device(Comm* c, int force_staged) {
+    if (c->device) { return; }
+    comm_cuda_check(c, "cudaGetDevice", cudaGetDevice(&c->cuda_device));
+    const char* env = getenv("LLMC_COMM_STAGED");
+    int want = force_staged || (env != NULL && strcmp(env, "1") == 0);
+    int any_want = 0;
+    MPI_Allreduce(&want, &any_want, 1, MPI_INT, MPI_MAX, c->mpi);   // the wire must be the same on every rank
+    c->staged = any_want || comm_shares_gpu(c, c->cuda_device);
+    comm_cuda_check(c, "cudaStreamCreate", cudaStreamCreate(&c->stream));
+    c->nccl = NULL;
+    if (!c->staged) {
+        ncclUniqueId id;
+        memset(&id, 0, sizeof(id));
+        if (c->rank == 0) { comm_nccl_check(c, "ncclGetUniqueId", ncclGetUniqueId(&id)); }
+        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->mpi);
+        comm_nccl_check(c, "ncclCommInitRank", ncclCommInitRank(&c->nccl, c->size, id, c->rank));
+    }
+    c->device = 1;
+    comm_device_comms() += 1;
+}
+
+static inline void comm_disable_device(Comm* c) {
+    if (!c->device) { return; }
+    if (c->nccl != NULL) { comm_nccl_check(c, "ncclCommDestroy", ncclCommDestroy(c->nccl)); }
+    comm_cuda_check(c, "cudaStreamDestroy", cudaStreamDestroy(c->stream));
+    for (int s = 0; s < 2; s++) {
+        if (c->host_stage[s] != NULL) { comm_cuda_check(c, "cudaFreeHost", cudaFreeHost(c->host_stage[s])); }
+        if (c->dev_stage[s] != NULL) { comm_cuda_check(c, "cudaFree", cudaFree(c->dev_stage[s])); }
+        c->host_stage[s] = c->dev_stage[s] = NULL;
+        c->host_stage_bytes[s] = c->dev_stage_bytes[s] = 0;
+    }
+    c->nccl = NULL;
+    c->device = 0;
+    comm_device_comms() -= 1;
+}
+
+static inline void comm_sync(const Comm* c, const char* call) {
+    (void)call;
+    comm_cuda_check(c, "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+}
+
+static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op);
+
+// The local reduce when a buffer is on the device: dst and src both on the device -> kernel;
+// one on each side -> src is copied to dst's side first. Returns false when both are host.
+static inline bool comm_reduce_local_device(void* dst, const void* src, size_t n, CommType t, CommOp op) {
+    if (n == 0) { return false; }
+    bool dd = comm_is_device_ptr(dst), sd = comm_is_device_ptr(src);
+    if (!dd && !sd) { return false; }
+    size_t bytes = n * comm_type_size(t);
+    if (dd && sd) {
+        comm_cuda_check(NULL, "comm_reduce_local_kernel", comm_reduce_local_launch(dst, src, n, t, op, 0));
+        comm_cuda_check(NULL, "cudaStreamSynchronize", cudaStreamSynchronize(0));
+    } else if (dd) {
+        void* tmp = NULL;
+        comm_cuda_check(NULL, "cudaMalloc", cudaMalloc(&tmp, bytes));
+        comm_cuda_check(NULL, "cudaMemcpy", cudaMemcpy(tmp, src, bytes, cudaMemcpyHostToDevice));
+        comm_cuda_check(NULL, "comm_reduce_local_kernel", comm_reduce_local_launch(dst, tmp, n, t, op, 0));
+        comm_cuda_check(NULL, "cudaStreamSynchronize", cudaStreamSynchronize(0));
+        comm_cuda_check(NULL, "cudaFree", cudaFree(tmp));
+    } else {
+        void* tmp = malloc(bytes);
+        if (tmp == NULL) { die("comm_reduce_local: out of host memory (%zu bytes)", bytes); }
+        comm_cuda_check(NULL, "cudaMemcpy", cudaMemcpy(tmp, src, bytes, cudaMemcpyDeviceToHost));
+        comm_reduce_local(dst, tmp, n, t, op);   // both on the host now
+        free(tmp);
+    }
+    return true;
+}
+static inline bool comm_avg_finish_device(void* buf, size_t n, CommType t, int p) {
+    if (n == 0 || !comm_is_device_ptr(buf)) { return false; }
+    comm_cuda_check(NULL, "comm_avg_finish_kernel", comm_avg_finish_launch(buf, n, t, p, 0));
+    comm_cuda_check(NULL, "cudaStreamSynchronize", cudaStreamSynchronize(0));
+    return true;
+}
+// Copies with either end on the device; overlapping device ranges go through a temporary
+// (cudaMemcpy, unlike memmove, does not allow overlap).
+static inline bool comm_copy_device(void* dst, const void* src, size_t bytes) {
+    bool dd = comm_is_device_ptr(dst), sd = comm_is_device_ptr(src);
+    if (!dd && !sd) { return false; }
+    const char *d = (const char*)dst, *s = (const char*)src;
+    if (dd && sd && d < s + bytes && s < d + bytes) {
+        void* tmp = NULL;
+        comm_cuda_check(NULL, "cudaMalloc", cudaMalloc(&tmp, bytes));
+        comm_cuda_check(NULL, "cudaMemcpy", cudaMemcpy(tmp, src, bytes, cudaMemcpyDeviceToDevice));
+        comm_cuda_check(NULL, "cudaMemcpy", cudaMemcpy(dst, tmp, bytes, cudaMemcpyDeviceToDevice));
+        comm_cuda_check(NULL, "cudaFree", cudaFree(tmp));
+    } else {
+        comm_cuda_check(NULL, "cudaMemcpy", cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    }
+    return true;
+}
+#endif   // LLMC_CUDA_COMM
+
 // --- communicators
 
 static inline Comm comm_from_mpi(MPI_Comm mpi, const char* name) {
@@ -140,10 +391,19 @@ static inline Comm comm_split(const Comm* parent, int color, int key, const char
     if (color < 0) { comm_die(parent, "comm_split", "color %d is negative", color); }
     MPI_Comm sub;
     MPI_Comm_split(parent->mpi, color, key, &sub);
+#ifdef LLMC_CUDA_COMM
+    Comm c = comm_from_mpi(sub, name);
+    if (parent->device) { comm_enable_device(&c, parent->staged); }   // a device parent makes device children
+    return c;
+#else
     return comm_from_mpi(sub, name);
+#endif
 }
 
 static inline void comm_free(Comm* c) {
+#ifdef LLMC_CUDA_COMM
+    comm_disable_device(c);
+#endif
     if (c->mpi != MPI_COMM_NULL) { MPI_Comm_free(&c->mpi); }
 }
 
@@ -191,6 +451,9 @@ static inline T comm_apply(T a, T b, CommOp op) {
 }
 
 static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op) {
+#ifdef LLMC_CUDA_COMM
+    if (comm_reduce_local_device(dst, src, n, t, op)) { return; }
+#endif
     if (t == COMM_FP32) {
         float* d = (float*)dst;
         const float* s = (const float*)src;
@@ -215,6 +478,9 @@ static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommT
 // avg = sum / p, the same arithmetic in every version so that results match bit for bit.
 static inline void comm_avg_finish(void* buf, size_t n, CommType t, CommOp op, int p) {
     if (op != COMM_AVG || n == 0) { return; }
+#ifdef LLMC_CUDA_COMM
+    if (comm_avg_finish_device(buf, n, t, p)) { return; }
+#endif
     if (t == COMM_FP32) {
         float* b = (float*)buf;
         for (size_t i = 0; i < n; i++) { b[i] = b[i] / (float)p; }
@@ -234,7 +500,11 @@ static inline const char* comm_at(const void* buf, size_t elem, CommType t) {
     return (const char*)buf + elem * comm_type_size(t);
 }
 static inline void comm_copy(void* dst, const void* src, size_t n, CommType t) {
-    if (dst != src && n > 0) { memmove(dst, src, n * comm_type_size(t)); }
+    if (dst == src || n == 0) { return; }
+#ifdef LLMC_CUDA_COMM
+    if (comm_copy_device(dst, src, n * comm_type_size(t))) { return; }
+#endif
+    memmove(dst, src, n * comm_type_size(t));
 }
 static inline void* comm_scratch(size_t n, CommType t) {
     void* p = malloc(n == 0 ? 1 : n * comm_type_size(t));

@@ -72,16 +72,42 @@ static inline void allgather_ring(Comm* c, const void* send, void* recv, size_t 
     }
 }
 
+// All-reduce runs the reduce-scatter directly in recv, so no extra copy of the buffer is
+// made: at step s the block arriving from the left lands in its own place in recv and the
+// local contribution (send's copy of that block) is added to it there; the next step sends
+// that block on from recv. Out of place that needs no scratch at all; in place (send == recv)
+// the arriving block needs a scratch block, since recv still holds this rank's own data.
+// After p-1 steps recv's block r is complete; the all-gather then fills the other blocks.
 static inline void allreduce_ring(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
     comm_check_args(c, "allreduce_ring", count, t, op, 0);
     if (count == 0) { return; }
     int p = c->size, r = c->rank;
-    comm_copy(recv, send, count, t);
-    // both phases in place on recv: rank r's block r is reduced (and averaged), then shared
+    if (p == 1) {
+        comm_copy(recv, send, count, t);
+        comm_avg_finish(recv, count, t, op, p);
+        return;
+    }
+    int right = ring_mod(r + 1, p), left = ring_mod(r - 1, p);
+    bool in_place = send == recv;
+    void* inc = in_place ? comm_scratch(comm_block_count(count, p, 0), t) : NULL;
+    for (int s = 0; s < p - 1; s++) {                       // reduce-scatter, in recv
+        int bs = ring_mod(r - s - 1, p), br = ring_mod(r - s - 2, p);
+        size_t ns = comm_block_count(count, p, bs), nr = comm_block_count(count, p, br);
+        const void* out = comm_at(s == 0 ? send : recv, comm_block_offset(count, p, bs), t);
+        char* dst = comm_at(recv, comm_block_offset(count, p, br), t);
+        if (in_place) {
+            comm_sendrecv(c, out, ns, right, inc, nr, left, t);
+            comm_reduce_local(dst, inc, nr, t, op);
+        } else {
+            comm_sendrecv(c, out, ns, right, dst, nr, left, t);
+            comm_reduce_local(dst, comm_at(send, comm_block_offset(count, p, br), t), nr, t, op);
+        }
+    }
+    free(inc);
     char* own = comm_at(recv, comm_block_offset(count, p, r), t);
+    comm_avg_finish(own, comm_block_count(count, p, r), t, op, p);
     int saved = c->check_args;
     c->check_args = 0;   // checked once above
-    reduce_scatter_ring(c, recv, own, count, t, op);
     allgather_ring(c, own, recv, count, t);
     c->check_args = saved;
 }

@@ -1,12 +1,23 @@
 // Transport: point-to-point messages between two ranks of a communicator. The educational
 // algorithms (ring.h, tree.h, recursive.h) use nothing else to communicate, so moving them to
-// another wire (NCCL's ncclSend/ncclRecv on device buffers, later) means changing only this file.
+// another wire (NCCL's ncclSend/ncclRecv on device buffers, below) means changing only this file.
 //
 // Host buffers over MPI. Each call adds what it sends to comm->bytes_sent and
 // comm->messages_sent (a zero-length message still counts as a message). Messages between
 // the same two ranks arrive in the order they were sent (MPI's non-overtaking rule), which is
 // all the algorithms rely on; one tag is enough. A receive checks that the message had the
 // expected size, so ranks that disagree on a count get an error instead of corrupt data.
+//
+// Device communicators (CUDA build, comm.h's "The device path"): the wire is the
+// communicator's, the same on every rank, whatever memory each buffer lives in:
+//   NCCL wire    ncclSend/ncclRecv inside ncclGroupStart/End on c->stream, then the stream is
+//                synchronised. A host buffer (the algorithms' scratch is host memory) is copied
+//                through a device staging buffer. Zero-length messages are counted but not sent
+//                (both ends know the count). NCCL cannot check a received size: a count mismatch
+//                is caught by comm_check_args before the algorithm starts, or not at all.
+//   staged wire  a device buffer is copied to pinned host memory, sent with the same MPI calls
+//                as a host buffer (size check included), and copied back to the device.
+// Both count exactly the bytes and messages the host path counts.
 #pragma once
 
 #include "comm.h"
@@ -27,9 +38,59 @@ static inline void comm_check_received(const Comm* c, const char* call, const MP
 
 static const int COMM_TAG = 4242;
 
+#ifdef LLMC_CUDA_COMM
+// One NCCL exchange: send (if dst >= 0 and scount > 0) and receive (if src >= 0 and rcount > 0)
+// as one group, so that two ranks sending to each other cannot deadlock.
+static inline void comm_nccl_p2p(Comm* c, const char* call, const void* sendbuf, size_t scount, int dst,
+                                 void* recvbuf, size_t rcount, int src, CommType t) {
+    bool do_send = dst >= 0 && scount > 0, do_recv = src >= 0 && rcount > 0;
+    if (!do_send && !do_recv) { return; }
+    size_t sbytes = scount * comm_type_size(t), rbytes = rcount * comm_type_size(t);
+    const void* s = sendbuf;
+    void* r = recvbuf;
+    if (do_send && !comm_is_device_ptr(sendbuf)) {
+        s = comm_dev_stage(c, 0, sbytes);
+        comm_cuda_check(c, "cudaMemcpy", cudaMemcpy((void*)s, sendbuf, sbytes, cudaMemcpyHostToDevice));
+    }
+    bool recv_host = do_recv && !comm_is_device_ptr(recvbuf);
+    if (recv_host) { r = comm_dev_stage(c, 1, rbytes); }
+    comm_nccl_check(c, "ncclGroupStart", ncclGroupStart());
+    if (do_send) { comm_nccl_check(c, "ncclSend", ncclSend(s, scount, comm_nccl_type(t), dst, c->nccl, c->stream)); }
+    if (do_recv) { comm_nccl_check(c, "ncclRecv", ncclRecv(r, rcount, comm_nccl_type(t), src, c->nccl, c->stream)); }
+    comm_nccl_check(c, "ncclGroupEnd", ncclGroupEnd());
+    comm_sync(c, call);
+    if (recv_host) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(recvbuf, r, rbytes, cudaMemcpyDeviceToHost)); }
+}
+
+// Staged wire: the host address MPI sends from (a pinned copy of a device buffer) ...
+static inline const void* comm_stage_out(Comm* c, int slot, const void* buf, size_t bytes) {
+    if (bytes == 0 || !comm_is_device_ptr(buf)) { return buf; }
+    void* h = comm_host_stage(c, slot, bytes);
+    comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(h, buf, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+// ... and the host address MPI receives into; comm_stage_in_finish moves it to the device.
+static inline void* comm_stage_in(Comm* c, int slot, void* buf, size_t bytes) {
+    if (bytes == 0 || !comm_is_device_ptr(buf)) { return buf; }
+    return comm_host_stage(c, slot, bytes);
+}
+static inline void comm_stage_in_finish(Comm* c, void* buf, const void* staged, size_t bytes) {
+    if (staged != buf) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(buf, staged, bytes, cudaMemcpyHostToDevice)); }
+}
+#endif
+
 static inline void comm_send(Comm* c, const void* buf, size_t count, CommType t, int peer) {
     comm_check_peer(c, "comm_send", peer);
     size_t bytes = count * comm_type_size(t);
+#ifdef LLMC_CUDA_COMM
+    if (c->device && !c->staged) {
+        comm_nccl_p2p(c, "comm_send", buf, count, peer, NULL, 0, -1, t);
+        c->bytes_sent += bytes;
+        c->messages_sent += 1;
+        return;
+    }
+    if (c->device) { buf = comm_stage_out(c, 0, buf, bytes); }
+#endif
     MPI_Send(buf, comm_int_count(c, "comm_send", bytes), MPI_BYTE, peer, COMM_TAG, c->mpi);
     c->bytes_sent += bytes;
     c->messages_sent += 1;
@@ -39,8 +100,19 @@ static inline void comm_recv(Comm* c, void* buf, size_t count, CommType t, int p
     comm_check_peer(c, "comm_recv", peer);
     size_t bytes = count * comm_type_size(t);
     MPI_Status st;
+#ifdef LLMC_CUDA_COMM
+    if (c->device && !c->staged) {
+        comm_nccl_p2p(c, "comm_recv", NULL, 0, -1, buf, count, peer, t);
+        return;
+    }
+    void* dev_buf = buf;
+    if (c->device) { buf = comm_stage_in(c, 1, buf, bytes); }
+#endif
     MPI_Recv(buf, comm_int_count(c, "comm_recv", bytes), MPI_BYTE, peer, COMM_TAG, c->mpi, &st);
     comm_check_received(c, "comm_recv", &st, bytes, peer);
+#ifdef LLMC_CUDA_COMM
+    if (c->device) { comm_stage_in_finish(c, dev_buf, buf, bytes); }
+#endif
 }
 
 // Send to one peer and receive from another (or the same) at once: the step of every ring and
@@ -51,9 +123,25 @@ static inline void comm_sendrecv(Comm* c, const void* sendbuf, size_t sendcount,
     comm_check_peer(c, "comm_sendrecv", src);
     size_t sbytes = sendcount * comm_type_size(t), rbytes = recvcount * comm_type_size(t);
     MPI_Status st;
+#ifdef LLMC_CUDA_COMM
+    if (c->device && !c->staged) {
+        comm_nccl_p2p(c, "comm_sendrecv", sendbuf, sendcount, dst, recvbuf, recvcount, src, t);
+        c->bytes_sent += sbytes;
+        c->messages_sent += 1;
+        return;
+    }
+    void* dev_recv = recvbuf;
+    if (c->device) {
+        sendbuf = comm_stage_out(c, 0, sendbuf, sbytes);
+        recvbuf = comm_stage_in(c, 1, recvbuf, rbytes);
+    }
+#endif
     MPI_Sendrecv(sendbuf, comm_int_count(c, "comm_sendrecv", sbytes), MPI_BYTE, dst, COMM_TAG,
                  recvbuf, comm_int_count(c, "comm_sendrecv", rbytes), MPI_BYTE, src, COMM_TAG, c->mpi, &st);
     comm_check_received(c, "comm_sendrecv", &st, rbytes, src);
+#ifdef LLMC_CUDA_COMM
+    if (c->device) { comm_stage_in_finish(c, dev_recv, recvbuf, rbytes); }
+#endif
     c->bytes_sent += sbytes;
     c->messages_sent += 1;
 }

@@ -1,0 +1,604 @@
+// collbench: times every collective algorithm of llmc/comm/ against the native one, in the
+// style of NVIDIA's nccl-tests, and prints the alpha-beta model's prediction beside each time.
+// Host code (a .cu file like train_gpt2.cu), built for the CPU with mpicxx:
+//   mpicxx -x c++ -DLLMC_CPU -DUSE_MPI collbench.cu -o collbenchcpu      (make collbenchcpu)
+//   mpirun -np 4 ./collbenchcpu -p allreduce -a all -b 8 -e 64M -f 4
+//
+// What one run does:
+//   1. a ping-pong between ranks 0 and 1 measures alpha (seconds per message) and beta
+//      (seconds per byte) of the transport, and prints them;
+//   2. for every size from -b to -e (times -f) and every algorithm of the primitive (-a): one
+//      checked run against the native result (#wrong), -w warm-up runs, then -n timed runs;
+//      one line per (size, algorithm) with nccl-tests' columns plus the model's time;
+//   3. a summary: the fastest algorithm per band of sizes (the crossover), and each
+//      algorithm's bus bandwidth as a fraction of the native one's.
+//
+// Conventions (nccl-tests'): size is the bytes of the full buffer S (all-reduce, broadcast,
+// reduce: the buffer; reduce-scatter, all-gather, gather, scatter: the unreduced or gathered
+// buffer; all-to-all: the p blocks a rank sends). count = S / sizeof(type). time is the mean
+// over the -n runs of the slowest rank, in the fastest of -R rounds. algbw = S / time, busbw =
+// algbw * factor, the factor making busbw comparable with the wire's bandwidth: all-reduce 2(p-1)/p,
+// reduce-scatter, all-gather, gather, scatter and all-to-all (p-1)/p, broadcast and reduce 1.
+// #wrong counts the elements, summed over ranks, that differ bit for bit from the native
+// collective's result on integer-valued data (exact in every type and op).
+//
+// Adding an algorithm = one row of ALGOS below: primitive, name, a call (one of the ALGO_*
+// macros adapts the algorithm's signature), and its alpha-beta model (a ModelFn, or NULL).
+#include "llmc/common.h"
+
+#ifndef USE_MPI
+int main() {
+    fprintf(stderr, "error: collbench needs MPI: build it with mpicxx and -DUSE_MPI (make collbenchcpu)\n");
+    return 1;
+}
+#else
+#include <string>
+#include <vector>
+#include "llmc/comm/native.h"
+#include "llmc/comm/ring.h"
+#include "llmc/comm/tree.h"
+#include "llmc/comm/recursive.h"
+#include "llmc/comm/alltoall.h"
+#include "llmc/comm/bruck.h"
+#include "llmc/comm/ps.h"
+#include "llmc/comm/hierarchical.h"
+#include "llmc/comm/torus.h"
+
+// --- the primitives
+
+typedef enum { P_ALLREDUCE, P_REDUCE_SCATTER, P_ALLGATHER, P_BROADCAST, P_REDUCE, P_GATHER, P_SCATTER, P_ALLTOALL, P_COUNT } Prim;
+static const char* PRIM_NAMES[P_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                          "reduce", "gather", "scatter", "alltoall"};
+
+// nccl-tests' bus-bandwidth factor
+static double busbw_factor(Prim pr, int p) {
+    switch (pr) {
+        case P_ALLREDUCE: return 2.0 * (p - 1) / p;
+        case P_BROADCAST: case P_REDUCE: return 1.0;
+        default: return (double)(p - 1) / p;
+    }
+}
+
+// One uniform call for every primitive: count is the full buffer's elements (all-to-all: per
+// pair of ranks). Each wrapper ignores the arguments its primitive does not take.
+typedef void (*RunFn)(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op, int root);
+// The alpha-beta model: predicted seconds for S bytes on p ranks.
+typedef double (*ModelFn)(double alpha, double beta, double S, int p);
+
+struct Algo {
+    Prim prim;
+    const char* name;
+    RunFn run;
+    ModelFn model;      // NULL: no model (native: MPI picks its own algorithm inside)
+};
+
+// --- model helpers (formulas from the header of each algorithm's file)
+
+static int floor_log2(int p) { int l = 0; while ((2 << l) <= p) { l++; } return l; }
+static int ceil_log2(int p) { int l = 0; while ((1 << l) < p) { l++; } return l; }
+static bool pow2(int p) { return (p & (p - 1)) == 0; }
+// recursive.h's fold-in for p that is not a power of two: one extra step of whole buffers
+// (alpha + S beta) before and after the power-of-two core, for the ranks r < 2 rem
+static double fold_cost(double a, double b, double S, int p) { return pow2(p) ? 0.0 : 2.0 * (a + S * b); }
+
+// ring.h
+static double m_ring_rs(double a, double b, double S, int p) { return (p - 1) * a + (p - 1.0) / p * S * b; }
+static double m_ring_ar(double a, double b, double S, int p) { return 2.0 * m_ring_rs(a, b, S, p); }
+static double m_ring_bcast(double a, double b, double S, int p) {
+    double C = std::min(S, (double)RING_BROADCAST_CHUNK_BYTES);
+    double chunks = C > 0 ? ceil(S / C) : 0;
+    return (p - 1 + chunks - 1) * (a + C * b);
+}
+// tree.h
+static double m_tree(double a, double b, double S, int p) { return ceil_log2(p) * (a + S * b); }
+// recursive.h
+static double m_rd_ar(double a, double b, double S, int p) { return floor_log2(p) * (a + S * b) + fold_cost(a, b, S, p); }
+static double m_rh_rs(double a, double b, double S, int p) {
+    int p2 = 1 << floor_log2(p);
+    return floor_log2(p) * a + (p2 - 1.0) / p2 * S * b + fold_cost(a, b, S, p);
+}
+static double m_raben(double a, double b, double S, int p) {
+    int p2 = 1 << floor_log2(p);
+    return 2 * floor_log2(p) * a + 2.0 * (p2 - 1.0) / p2 * S * b + fold_cost(a, b, S, p);
+}
+
+// alltoall.h, bruck.h (S = the p blocks a rank sends; n = S/p per pair)
+static double m_pairwise(double a, double b, double S, int p) { return (p - 1) * a + (p - 1.0) / p * S * b; }
+static double m_bruck_ag(double a, double b, double S, int p) { return ceil_log2(p) * a + (p - 1.0) / p * S * b; }
+static double m_bruck_a2a(double a, double b, double S, int p) { return ceil_log2(p) * (a + S / 2 * b); }
+
+// Algorithms with a parameter of their own: the servers of ps.h (-s), the node size of
+// hierarchical.h (-N) and the grid of torus.h (rows x cols, rows the largest divisor of p
+// that is <= sqrt p). Set in main before the sweep.
+static int g_servers = 1, g_node = 1, g_rows = 1, g_cols = 1;
+static int default_node_size(int p) {                   // the largest divisor of p <= sqrt(p)
+    int n = 1;
+    for (int d = 1; d * d <= p; d++) { if (p % d == 0) { n = d; } }
+    return n;
+}
+// ps.h: the servers' links carry (p-1) S/s each way
+static double m_ps(double a, double b, double S, int p) { return 2 * (p - 1) * (a + S / g_servers * b); }
+// hierarchical.h with nodes of n ranks and m = p/n nodes (one machine: the same alpha, beta inside and across)
+static double m_hier_n(double a, double b, double S, int p, int n) {
+    int m = p / n;
+    return 2 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + 2 * (m - 1) * a + 2.0 * (m - 1) / m * (S / n) * b;
+}
+static double m_hier(double a, double b, double S, int p) { return m_hier_n(a, b, S, p, g_node); }
+static double m_torus(double a, double b, double S, int p) { return m_hier_n(a, b, S, p, g_cols); }
+
+// The sub-communicators of hierarchical and torus are made once (a HierPlan) and reused, so
+// that collbench times the algorithm, not two MPI_Comm_split per call.
+static HierPlan g_hier_plan, g_torus_plan;
+static bool g_have_hier = false, g_have_torus = false;
+static void allreduce_hier_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    if (!g_have_hier) { g_hier_plan = hier_plan_make(c, "allreduce_hierarchical", g_node); g_have_hier = true; }
+    allreduce_hierarchical_plan(c, &g_hier_plan, s, r, n, t, op, HIER_INTER_RING);
+}
+static void allreduce_torus_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    if (!g_have_torus) {
+        torus2d_check_grid(c, "allreduce_torus2d", g_rows, g_cols);
+        g_torus_plan = hier_plan_make(c, "allreduce_torus2d", g_cols);   // a row is a "node"
+        g_have_torus = true;
+    }
+    allreduce_hierarchical_plan(c, &g_torus_plan, s, r, n, t, op, HIER_INTER_RING);
+}
+static void allreduce_ps_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    allreduce_parameter_server(c, s, r, n, t, op, g_servers);
+}
+
+// --- the table: one row per (primitive, algorithm)
+
+#define ALGO_REDUCE(prim, name, fn, model) \
+    {prim, name, [](Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op, int) { fn(c, s, r, n, t, op); }, model}
+#define ALGO_GATHER(prim, name, fn, model) \
+    {prim, name, [](Comm* c, const void* s, void* r, size_t n, CommType t, CommOp, int) { fn(c, s, r, n, t); }, model}
+#define ALGO_ROOTED(prim, name, fn, model) \
+    {prim, name, [](Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op, int root) { fn(c, s, r, n, t, op, root); }, model}
+#define ALGO_ROOTED_MOVE(prim, name, fn, model) \
+    {prim, name, [](Comm* c, const void* s, void* r, size_t n, CommType t, CommOp, int root) { fn(c, s, r, n, t, root); }, model}
+// broadcast is in place on one buffer: collbench passes the root's data in send and the result in recv
+#define ALGO_BCAST(name, fn, model) \
+    {P_BROADCAST, name, [](Comm* c, const void* s, void* r, size_t n, CommType t, CommOp, int root) { \
+        if (c->rank == root) { comm_copy(r, s, n, t); } fn(c, r, n, t, root); }, model}
+
+static const Algo ALGOS[] = {
+    ALGO_REDUCE(P_ALLREDUCE, "native", allreduce_native, NULL),
+    ALGO_REDUCE(P_ALLREDUCE, "ring", allreduce_ring, m_ring_ar),
+    ALGO_REDUCE(P_ALLREDUCE, "recursive_doubling", allreduce_recursive_doubling, m_rd_ar),
+    ALGO_REDUCE(P_ALLREDUCE, "rabenseifner", allreduce_rabenseifner, m_raben),
+    ALGO_REDUCE(P_ALLREDUCE, "parameter_server", allreduce_ps_bench, m_ps),
+    ALGO_REDUCE(P_ALLREDUCE, "hierarchical", allreduce_hier_bench, m_hier),
+    ALGO_REDUCE(P_ALLREDUCE, "torus2d", allreduce_torus_bench, m_torus),
+
+    ALGO_REDUCE(P_REDUCE_SCATTER, "native", reduce_scatter_native, NULL),
+    ALGO_REDUCE(P_REDUCE_SCATTER, "ring", reduce_scatter_ring, m_ring_rs),
+    ALGO_REDUCE(P_REDUCE_SCATTER, "recursive_halving", reduce_scatter_recursive_halving, m_rh_rs),
+
+    ALGO_GATHER(P_ALLGATHER, "native", allgather_native, NULL),
+    ALGO_GATHER(P_ALLGATHER, "ring", allgather_ring, m_ring_rs),
+    ALGO_GATHER(P_ALLGATHER, "recursive_doubling", allgather_recursive_doubling, m_rh_rs),
+    ALGO_GATHER(P_ALLGATHER, "bruck", allgather_bruck, m_bruck_ag),
+
+    ALGO_BCAST("native", broadcast_native, NULL),
+    ALGO_BCAST("ring", broadcast_ring, m_ring_bcast),
+    ALGO_BCAST("tree", broadcast_tree, m_tree),
+
+    ALGO_ROOTED(P_REDUCE, "native", reduce_native, NULL),
+    ALGO_ROOTED(P_REDUCE, "tree", reduce_tree, m_tree),
+
+    ALGO_ROOTED_MOVE(P_GATHER, "native", gather_native, NULL),
+    ALGO_ROOTED_MOVE(P_SCATTER, "native", scatter_native, NULL),
+
+    ALGO_GATHER(P_ALLTOALL, "native", alltoall_native, NULL),
+    ALGO_GATHER(P_ALLTOALL, "pairwise", alltoall_pairwise, m_pairwise),
+    ALGO_GATHER(P_ALLTOALL, "bruck", alltoall_bruck, m_bruck_a2a),
+};
+static const int N_ALGOS = (int)(sizeof(ALGOS) / sizeof(ALGOS[0]));
+
+// --- flags
+
+struct Opts {
+    size_t minbytes = 8, maxbytes = 64u << 20;
+    double factor = 2;
+    int iters = 20, warmup = 5, check = 1, root = 0, rounds = 3;
+    CommType type = COMM_FP32;
+    CommOp op = COMM_SUM;
+    Prim prim = P_ALLREDUCE;
+    std::string algos = "all";
+    int servers = 1;     // -s: parameter_server
+    int node = 0;        // -N: hierarchical; 0 = the largest divisor of p <= sqrt(p)
+};
+
+static void usage(void) {
+    printf("usage: mpirun -np P ./collbenchcpu [flags]\n"
+           "  -b BYTES   smallest size (suffix K, M, G allowed; default 8)\n"
+           "  -e BYTES   largest size (default 64M)\n"
+           "  -f F       multiply the size by F each step (default 2)\n"
+           "  -n N       timed iterations per size (default 20)\n"
+           "  -w N       warm-up iterations per size (default 5)\n"
+           "  -R N       rounds of -n timed iterations; the fastest round is reported (default 3)\n"
+           "  -c 0|1     check every result against the native collective (default 1)\n"
+           "  -d TYPE    float, bf16 or int32 (default float)\n"
+           "  -o OP      sum, avg, max or min (default sum)\n"
+           "  -r ROOT    root of broadcast, reduce, gather, scatter (default 0)\n"
+           "  -p PRIM    allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, alltoall\n"
+           "  -a ALGOS   comma-separated algorithm names, or all (default): every one that implements PRIM\n"
+           "  -s N       parameter_server: number of servers (default 1)\n"
+           "  -N N       hierarchical: ranks per node (default: the largest divisor of p <= sqrt p);\n"
+           "             torus2d uses a rows x cols grid with rows = that divisor\n"
+           "algorithms:");
+    for (int i = 0; i < N_ALGOS; i++) { printf("%s %s/%s", i % 4 == 0 ? "\n   " : "", PRIM_NAMES[ALGOS[i].prim], ALGOS[i].name); }
+    printf("\n");
+}
+
+static size_t parse_bytes(const char* flag, const char* s) {
+    char* end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || v < 0) { die("collbench: %s wants a byte count such as 8, 4K or 64M, got '%s'", flag, s); }
+    double mult = 1;
+    if (*end == 'K' || *end == 'k') { mult = 1024.0; end++; }
+    else if (*end == 'M' || *end == 'm') { mult = 1024.0 * 1024; end++; }
+    else if (*end == 'G' || *end == 'g') { mult = 1024.0 * 1024 * 1024; end++; }
+    if (*end != '\0') { die("collbench: %s wants a byte count such as 8, 4K or 64M, got '%s'", flag, s); }
+    return (size_t)(v * mult);
+}
+
+static long parse_int(const char* flag, const char* s, long lo, long hi) {
+    char* end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) {
+        die("collbench: %s wants an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    }
+    return v;
+}
+
+// Every rank parses the same argv, so a bad flag makes every rank die() with status 1.
+static Opts parse_opts(int argc, char** argv) {
+    Opts o;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(); exit(0); }
+        if (f[0] != '-' || f[1] == '\0' || f[2] != '\0' || strchr("befnwcdorpasNR", f[1]) == NULL) {
+            die("collbench: unknown flag '%s' (see -h)", f);
+        }
+        if (i + 1 >= argc) { die("collbench: %s needs a value (see -h)", f); }
+        const char* v = argv[++i];
+        switch (f[1]) {
+            case 'b': o.minbytes = parse_bytes(f, v); break;
+            case 'e': o.maxbytes = parse_bytes(f, v); break;
+            case 'f': {
+                char* end = NULL;
+                o.factor = strtod(v, &end);
+                if (end == v || *end != '\0' || !(o.factor > 1.0)) { die("collbench: -f wants a factor > 1, got '%s'", v); }
+                break;
+            }
+            case 'n': o.iters = (int)parse_int(f, v, 1, 1000000); break;
+            case 'w': o.warmup = (int)parse_int(f, v, 0, 1000000); break;
+            case 'c': o.check = (int)parse_int(f, v, 0, 1); break;
+            case 'r': o.root = (int)parse_int(f, v, 0, 1 << 30); break;
+            case 'd':
+                if (strcmp(v, "float") == 0 || strcmp(v, "fp32") == 0) { o.type = COMM_FP32; }
+                else if (strcmp(v, "bf16") == 0 || strcmp(v, "bfloat16") == 0) { o.type = COMM_BF16; }
+                else if (strcmp(v, "int32") == 0 || strcmp(v, "int") == 0) { o.type = COMM_INT32; }
+                else { die("collbench: -d wants float, bf16 or int32, got '%s'", v); }
+                break;
+            case 'o':
+                if (strcmp(v, "sum") == 0) { o.op = COMM_SUM; }
+                else if (strcmp(v, "avg") == 0) { o.op = COMM_AVG; }
+                else if (strcmp(v, "max") == 0) { o.op = COMM_MAX; }
+                else if (strcmp(v, "min") == 0) { o.op = COMM_MIN; }
+                else { die("collbench: -o wants sum, avg, max or min, got '%s'", v); }
+                break;
+            case 'p': {
+                int k = 0;
+                while (k < P_COUNT && strcmp(v, PRIM_NAMES[k]) != 0) { k++; }
+                if (k == P_COUNT) { die("collbench: -p: unknown primitive '%s' (see -h)", v); }
+                o.prim = (Prim)k;
+                break;
+            }
+            case 'a': o.algos = v; break;
+            case 's': o.servers = (int)parse_int(f, v, 1, 1 << 30); break;
+            case 'R': o.rounds = (int)parse_int(f, v, 1, 1000000); break;
+            case 'N': o.node = (int)parse_int(f, v, 1, 1 << 30); break;
+        }
+    }
+    if (o.minbytes > o.maxbytes) { die("collbench: -b %zu is larger than -e %zu", o.minbytes, o.maxbytes); }
+    return o;
+}
+
+// the rows of ALGOS that -p and -a select, native first (the reference)
+static std::vector<const Algo*> select_algos(const Opts& o) {
+    std::vector<const Algo*> out;
+    std::vector<std::string> names;
+    if (o.algos != "all") {
+        size_t start = 0;
+        while (start <= o.algos.size()) {
+            size_t comma = o.algos.find(',', start);
+            if (comma == std::string::npos) { comma = o.algos.size(); }
+            names.push_back(o.algos.substr(start, comma - start));
+            start = comma + 1;
+        }
+    }
+    for (const std::string& n : names) {
+        bool found = false;
+        for (int i = 0; i < N_ALGOS; i++) { found |= ALGOS[i].prim == o.prim && n == ALGOS[i].name; }
+        if (!found) {
+            std::string have;
+            for (int i = 0; i < N_ALGOS; i++) {
+                if (ALGOS[i].prim == o.prim) { have += have.empty() ? "" : ", "; have += ALGOS[i].name; }
+            }
+            die("collbench: -a: no algorithm '%s' for %s (there are: %s)", n.c_str(), PRIM_NAMES[o.prim], have.c_str());
+        }
+    }
+    for (int i = 0; i < N_ALGOS; i++) {
+        if (ALGOS[i].prim != o.prim) { continue; }
+        bool want = names.empty() || strcmp(ALGOS[i].name, "native") == 0;
+        for (const std::string& n : names) { want |= n == ALGOS[i].name; }
+        if (want) { out.push_back(&ALGOS[i]); }
+    }
+    return out;
+}
+
+// --- data: small integers that depend on (rank, index), exact in every type after any op
+
+static void fill(void* buf, size_t n, CommType t, int rank) {
+    for (size_t i = 0; i < n; i++) {
+        int x = (int)((i * 2654435761u + (size_t)rank * 40503u) % 17u) - 8;
+        if (t == COMM_FP32) { ((float*)buf)[i] = (float)x; }
+        else if (t == COMM_INT32) { ((int32_t*)buf)[i] = x; }
+        else { ((uint16_t*)buf)[i] = float_to_bf16((float)x); }
+    }
+}
+
+// elements of the result this rank holds, at recv[0 .. n)
+static void result_range(Prim pr, const Comm* c, size_t count, int root, size_t* n) {
+    *n = count;
+    if (pr == P_REDUCE_SCATTER || pr == P_SCATTER) {   // this rank's block, at recv[0]
+        *n = comm_block_count(count, c->size, c->rank);
+    }
+    if ((pr == P_REDUCE || pr == P_GATHER) && c->rank != root) { *n = 0; }
+}
+
+// --- alpha and beta: a ping-pong between ranks 0 and 1 over the transport
+
+static double pingpong_half_rtt(Comm* c, void* buf, size_t bytes, int reps) {
+    double best = 1e30;
+    for (int k = 0; k < reps + 2; k++) {                    // two warm-up round trips
+        MPI_Barrier(c->mpi);
+        double t0 = MPI_Wtime();
+        if (c->rank == 0) {
+            comm_send(c, buf, bytes, COMM_INT32, 1);
+            comm_recv(c, buf, bytes, COMM_INT32, 1);
+        } else if (c->rank == 1) {
+            comm_recv(c, buf, bytes, COMM_INT32, 0);
+            comm_send(c, buf, bytes, COMM_INT32, 0);
+        }
+        double dt = (MPI_Wtime() - t0) / 2;
+        if (k >= 2 && dt < best) { best = dt; }
+    }
+    MPI_Bcast(&best, 1, MPI_DOUBLE, 0, c->mpi);
+    return best;
+}
+
+// alpha = half the round trip of a 4-byte message; beta from the slope up to 16 MiB
+static void measure_alpha_beta(Comm* c, double* alpha, double* beta) {
+    *alpha = 0;
+    *beta = 0;
+    if (c->size < 2) { return; }
+    const size_t big = (size_t)16 << 20;
+    void* buf = comm_scratch(big / 4, COMM_INT32);
+    memset(buf, 1, big);
+    double t_small = pingpong_half_rtt(c, buf, 1, 200);     // 1 int32 = 4 bytes
+    double t_big = pingpong_half_rtt(c, buf, big / 4, 10);
+    *alpha = t_small;
+    *beta = std::max(t_big - t_small, 0.0) / (double)(big - 4);
+    free(buf);
+    comm_reset_counters(c);
+}
+
+// gamma: seconds per byte of the local reduce (comm_reduce_local, fp32 sum, 16 MiB), which the
+// alpha-beta model leaves out; on shared memory it is of the same order as beta
+static double measure_gamma(void) {
+    const size_t n = ((size_t)16 << 20) / 4;
+    float* a = (float*)comm_scratch(n, COMM_FP32);
+    float* b = (float*)comm_scratch(n, COMM_FP32);
+    for (size_t i = 0; i < n; i++) { a[i] = 1.0f; b[i] = 2.0f; }
+    double best = 1e30;
+    for (int k = 0; k < 4; k++) {
+        double t0 = MPI_Wtime();
+        comm_reduce_local(a, b, n, COMM_FP32, COMM_SUM);
+        best = std::min(best, MPI_Wtime() - t0);
+    }
+    free(a);
+    free(b);
+    return best / (double)(n * 4);
+}
+
+// --- the sweep
+
+struct Row {
+    const Algo* algo;
+    size_t bytes;
+    double busbw;
+};
+
+static std::string human(size_t b) {
+    char s[32];
+    if (b >= ((size_t)1 << 30) && b % ((size_t)1 << 30) == 0) { snprintf(s, sizeof(s), "%zuG", b >> 30); }
+    else if (b >= ((size_t)1 << 20) && b % ((size_t)1 << 20) == 0) { snprintf(s, sizeof(s), "%zuM", b >> 20); }
+    else if (b >= 1024 && b % 1024 == 0) { snprintf(s, sizeof(s), "%zuK", b >> 10); }
+    else { snprintf(s, sizeof(s), "%zu", b); }
+    return s;
+}
+
+int main(int argc, char** argv) {
+    Opts o = parse_opts(argc, argv);                         // before MPI: bad flags die on every rank
+    Comm c = comm_init_world(&argc, &argv);
+    int p = c.size;
+    bool rooted = o.prim == P_BROADCAST || o.prim == P_REDUCE || o.prim == P_GATHER || o.prim == P_SCATTER;
+    if (o.root >= p) { die("collbench: -r %d is out of range for %d ranks", o.root, p); }
+    if (o.servers > p) { die("collbench: -s %d servers is more than the %d ranks", o.servers, p); }
+    g_servers = o.servers;
+    g_node = o.node > 0 ? o.node : default_node_size(p);
+    if (p % g_node != 0) { die("collbench: -N %d does not divide the %d ranks into whole nodes", g_node, p); }
+    g_rows = default_node_size(p);
+    g_cols = p / g_rows;
+    std::vector<const Algo*> algos = select_algos(o);
+    size_t tsize = comm_type_size(o.type);
+
+    double alpha, beta;
+    measure_alpha_beta(&c, &alpha, &beta);
+    double gamma = measure_gamma();
+
+    // buffers for the largest size: send (full), recv (full), and the native reference
+    size_t max_count = o.maxbytes / tsize;
+    size_t recv_n = max_count;
+    void* sendbuf = comm_scratch(max_count, o.type);
+    void* recvbuf = comm_scratch(recv_n, o.type);
+    void* refbuf = comm_scratch(recv_n, o.type);
+    fill(sendbuf, max_count, o.type, c.rank);
+
+    if (c.rank == 0) {
+        printf("# collbench: %s, %d ranks, type %s, op %s, root %d, iters %d x %d rounds (fastest round), warmup %d, check %d\n",
+               PRIM_NAMES[o.prim], p, comm_type_name(o.type), comm_op_name(o.op), o.root, o.iters, o.rounds, o.warmup, o.check);
+        if (p >= 2) {
+            printf("# ping-pong rank 0 <-> 1: alpha = %.2f us per message, beta = %.4f ns per byte (1/beta = %.2f GB/s)\n",
+                   alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0);
+            printf("# local reduce (not in the model): gamma = %.4f ns per byte (%.2f GB/s) on rank 0\n",
+                   gamma * 1e9, gamma > 0 ? 1e-9 / gamma : 0.0);
+        } else {
+            printf("# one rank: no ping-pong, no model\n");
+        }
+        if (o.prim == P_ALLREDUCE) {
+            printf("# parameter_server: %d server(s); hierarchical: nodes of %d ranks; torus2d: %d x %d grid\n",
+                   g_servers, g_node, g_rows, g_cols);
+        }
+        printf("# size is the full buffer S; busbw = algbw x %.3f (nccl-tests' factor for %s)\n",
+               busbw_factor(o.prim, p), PRIM_NAMES[o.prim]);
+        printf("#\n# %10s %12s %6s %6s %5s %-19s %11s %9s %9s %7s %11s %8s\n", "size(B)", "count", "type", "redop",
+               "root", "algorithm", "time(us)", "algbw", "busbw", "#wrong", "model(us)", "/native");
+        printf("# %10s %12s %6s %6s %5s %-19s %11s %9s %9s %7s %11s %8s\n", "", "(elements)", "", "", "", "", "",
+               "(GB/s)", "(GB/s)", "", "", "busbw");
+        fflush(stdout);
+    }
+
+    std::vector<Row> rows;
+    long total_wrong = 0;
+    for (double bd = (double)o.minbytes; bd <= (double)o.maxbytes * (1 + 1e-9); bd *= o.factor) {
+        size_t count = (size_t)bd / tsize;
+        if (o.prim == P_ALLTOALL) { count = count / p * p; }
+        size_t bytes = count * tsize;
+        size_t call_count = o.prim == P_ALLTOALL ? count / p : count;   // all-to-all takes the count per pair
+        size_t n;
+        result_range(o.prim, &c, count, o.root, &n);
+        double native_busbw = 0;
+        if (o.check) {                                       // the reference: the native result
+            memset(refbuf, 0x5a, recv_n * tsize);
+            algos[0]->run(&c, sendbuf, refbuf, call_count, o.type, o.op, o.root);
+        }
+        for (const Algo* a : algos) {
+            bool is_native = strcmp(a->name, "native") == 0;
+            // the data check: the native result first, then this algorithm's, compared bit for bit
+            long wrong = 0;
+            if (o.check) {
+                c.check_args = 1;
+                memset(recvbuf, 0x33, recv_n * tsize);
+                a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root);
+                for (size_t i = 0; i < n; i++) {
+                    wrong += memcmp(comm_at(recvbuf, i, o.type), comm_at(refbuf, i, o.type), tsize) != 0;
+                }
+                MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, c.mpi);
+                total_wrong += wrong;
+            }
+            // timing: the arguments were checked above, so no per-call agreement check here
+            c.check_args = 0;
+            for (int k = 0; k < o.warmup; k++) { a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+            // -R rounds of -n runs each: a round's time is the slowest rank's mean; the fastest round
+            // counts, so that a rank descheduled by another job (a shared machine) spoils one round only
+            double dt = 1e30;
+            for (int round = 0; round < o.rounds; round++) {
+                MPI_Barrier(c.mpi);
+                double t0 = MPI_Wtime();
+                for (int k = 0; k < o.iters; k++) { a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+                double rt = (MPI_Wtime() - t0) / o.iters;
+                MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c.mpi);
+                dt = std::min(dt, rt);
+            }
+            c.check_args = 1;
+            double algbw = dt > 0 ? (double)bytes / dt / 1e9 : 0;
+            double busbw = algbw * busbw_factor(o.prim, p);
+            if (is_native) { native_busbw = busbw; }
+            rows.push_back({a, bytes, busbw});
+            if (c.rank == 0) {
+                char model[32] = "-", ratio[32] = "-", wr[32] = "N/A";
+                if (a->model != NULL && p >= 2) { snprintf(model, sizeof(model), "%.1f", a->model(alpha, beta, (double)bytes, p) * 1e6); }
+                if (native_busbw > 0 && busbw > 0) { snprintf(ratio, sizeof(ratio), "%.2f", busbw / native_busbw); }
+                if (o.check) { snprintf(wr, sizeof(wr), "%ld", wrong); }
+                char rootcol[16];
+                snprintf(rootcol, sizeof(rootcol), rooted ? "%d" : "-", o.root);
+                printf("  %10zu %12zu %6s %6s %5s %-19s %11.1f %9.3f %9.3f %7s %11s %8s\n", bytes, count, comm_type_name(o.type),
+                       comm_op_name(o.op), rootcol, a->name, dt * 1e6, algbw, busbw, wr, model, ratio);
+                fflush(stdout);
+            }
+        }
+        if (bd == 0) { bd = (double)tsize / o.factor; }      // -b 0: then one element
+    }
+
+    // --- summary
+    if (c.rank == 0 && !rows.empty()) {
+        printf("#\n# fastest %s algorithm by size (the crossover):\n", PRIM_NAMES[o.prim]);
+        // per size, the winner; consecutive sizes with the same winner form one band
+        std::string band_algo;
+        size_t band_lo = 0, band_hi = 0;
+        auto flush_band = [&]() {
+            if (!band_algo.empty()) {
+                printf("#   %8s .. %-8s %s\n", human(band_lo).c_str(), human(band_hi).c_str(), band_algo.c_str());
+            }
+        };
+        for (size_t i = 0; i < rows.size();) {
+            size_t j = i;
+            const Row* best = &rows[i];
+            while (j < rows.size() && rows[j].bytes == rows[i].bytes) {
+                if (rows[j].busbw > best->busbw) { best = &rows[j]; }
+                j++;
+            }
+            if (band_algo != best->algo->name) {
+                flush_band();
+                band_algo = best->algo->name;
+                band_lo = rows[i].bytes;
+            }
+            band_hi = rows[i].bytes;
+            i = j;
+        }
+        flush_band();
+        printf("# busbw / native busbw, per algorithm: at the largest size (min .. max over all sizes)\n");
+        size_t largest = rows.back().bytes;
+        for (const Algo* a : algos) {
+            double at_largest = 0, lo = 1e30, hi = 0, native = 0;
+            for (const Row& r : rows) {
+                if (strcmp(r.algo->name, "native") == 0) { native = r.busbw; }   // native comes first at each size
+                if (r.algo != a || native <= 0) { continue; }
+                double ratio = r.busbw / native;
+                lo = std::min(lo, ratio);
+                hi = std::max(hi, ratio);
+                if (r.bytes == largest) { at_largest = ratio; }
+            }
+            if (hi > 0) {
+                printf("#   %-19s %5.2f at %s  (%.2f .. %.2f)\n", a->name, at_largest, human(largest).c_str(), lo, hi);
+            }
+        }
+        if (o.check) { printf("# #wrong in total: %ld\n", total_wrong); }
+        fflush(stdout);
+    }
+    if (g_have_hier) { hier_plan_free(&g_hier_plan); }
+    if (g_have_torus) { hier_plan_free(&g_torus_plan); }
+    free(sendbuf);
+    free(recvbuf);
+    free(refbuf);
+    comm_free(&c);
+    comm_finalize();
+    return total_wrong == 0 ? 0 : 2;
+}
+#endif

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Smoke test of collbench (collbench.cu): a short sweep of small sizes with the data check on,
+# for every primitive and every algorithm, on 2 and 3 ranks; the total #wrong must be 0.
+# Then bad flags: every rank must print the one-line error and the job must fail, not hang.
+set -u
+cd "$(dirname "$0")/.."
+if ! command -v mpirun >/dev/null; then
+    echo "skipping collbench: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 0
+fi
+if [ ! -x ./collbenchcpu ]; then
+    echo "FAIL collbenchcpu is not built (make collbenchcpu needs mpicxx)"
+    exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+status=0
+PRIMS="allreduce reduce_scatter allgather broadcast reduce gather scatter alltoall"
+for p in 2 3; do
+    for prim in $PRIMS; do
+        out=$(timeout 120 $MPIRUN -np $p ./collbenchcpu -p $prim -a all -b 4 -e 64K -f 8 -n 2 -w 1 -c 1 -r $((p - 1)) -d int32 2>&1)
+        rc=$?
+        wrong=$(sed -n 's/^# #wrong in total: //p' <<<"$out")
+        rows=$(grep -cE '^ +[0-9]+ ' <<<"$out")
+        if [ $rc -eq 0 ] && [ "$wrong" = "0" ] && [ "$rows" -gt 0 ]; then
+            echo "PASS collbench $prim p=$p: $rows rows, #wrong 0"
+        else
+            echo "FAIL collbench $prim p=$p: exit status $rc, #wrong '${wrong}'"
+            tail -5 <<<"$out"
+            status=1
+        fi
+    done
+done
+# one more sweep in bf16 with avg, where the reduction rounds
+out=$(timeout 120 $MPIRUN -np 3 ./collbenchcpu -p allreduce -b 4 -e 64K -f 16 -n 2 -w 1 -d bf16 -o avg 2>&1)
+if [ $? -eq 0 ] && grep -q '^# #wrong in total: 0$' <<<"$out"; then
+    echo "PASS collbench allreduce bf16 avg p=3"
+else
+    echo "FAIL collbench allreduce bf16 avg p=3"; tail -5 <<<"$out"; status=1
+fi
+
+# expect_error NAME PATTERN ARGS...: the job fails and each of the 2 ranks prints PATTERN
+expect_error() {
+    local name=$1 pattern=$2; shift 2
+    local err
+    err=$(timeout 60 $MPIRUN -np 2 ./collbenchcpu "$@" 2>&1 >/dev/null)
+    local rc=$?
+    local n
+    n=$(grep -c -- "$pattern" <<<"$err")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 2 ]; then
+        echo "PASS collbench $name: $(grep -m1 -- "$pattern" <<<"$err")"
+    else
+        echo "FAIL collbench $name: exit status $rc, $n ranks printed '$pattern': $(head -3 <<<"$err")"
+        status=1
+    fi
+}
+expect_error "unknown flag" "error: collbench: unknown flag '-z'" -z 3
+expect_error "bad type" "error: collbench: -d wants float, bf16 or int32, got 'fp64'" -d fp64
+expect_error "bad algorithm" "error: collbench: -a: no algorithm 'tree' for allreduce" -p allreduce -a tree
+expect_error "root out of range" "error: collbench: -r 2 is out of range for 2 ranks" -p broadcast -r 2
+exit $status
