@@ -146,7 +146,14 @@ int main(int argc, char** argv) {
     TrainArgs args;
     parse_train_args(argc, argv, &args);
     if (world != 1) {
-        die("train_gpt2 trains on a single rank so far; it was started with %d ranks (run it without mpirun)", world);
+        // every rank reports, then all exit together: no rank is killed before it has spoken
+        fprintf(stderr, "error: train_gpt2 trains on a single rank so far; it was started with %d ranks "
+                        "(run it without mpirun) [rank %d]\n", world, rank);
+#ifdef USE_MPI
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+#endif
+        exit(1);
     }
 #ifdef _OPENMP
     if (args.threads > 0) { omp_set_num_threads(args.threads); }

@@ -39,7 +39,7 @@ else
     echo "FAIL collbench allreduce bf16 avg p=3"; tail -5 <<<"$out"; status=1
 fi
 
-# expect_error NAME PATTERN ARGS...: the job fails and each of the 2 ranks prints PATTERN
+# expect_error NAME PATTERN ARGS...: the job fails, without hanging, and prints PATTERN
 expect_error() {
     local name=$1 pattern=$2; shift 2
     local err
@@ -47,7 +47,10 @@ expect_error() {
     local rc=$?
     local n
     n=$(grep -c -- "$pattern" <<<"$err")
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 2 ]; then
+    # Flags are checked before MPI_Init, so when the first rank exits mpirun may kill the
+    # other before it prints: demand the message from at least one rank, a non-zero exit
+    # and no hang.
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -ge 1 ]; then
         echo "PASS collbench $name: $(grep -m1 -- "$pattern" <<<"$err")"
     else
         echo "FAIL collbench $name: exit status $rc, $n ranks printed '$pattern': $(head -3 <<<"$err")"
