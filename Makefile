@@ -4,6 +4,7 @@
 #   make bench-cpu    GPT-2 124M training step on all cores and on one core
 #   make bench-comm   collbench: every all-reduce algorithm vs MPI's, 2 and 4 ranks (needs mpicxx)
 #   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
+#   make collbenchcu  collbench on GPU buffers (nvcc + MPI + NCCL; needs a GPU to run)
 # Options: OPENBLAS=1 (matmuls through OpenBLAS), NO_MPI=1, CXX=..., PYTHON=...
 
 CXX ?= g++
@@ -73,6 +74,19 @@ test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS)
 collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS)
 	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
 
+# collbench on device buffers (NCCL or the host-staged wire; doc/collectives.md): needs nvcc,
+# mpicxx and NCCL (NCCL_HOME=... when nccl.h/libnccl are not in nvcc's paths). Not part of
+# all or test: there is no GPU to run it on in CI.
+collbenchcu: collbench.cu $(HEADERS) $(COMM_HEADERS) llmc/comm/reduce_local.cuh
+ifeq ($(NVCC_FOUND),)
+	@echo "skipping collbenchcu: nvcc not found (install the CUDA toolkit)"
+else ifeq ($(MPICXX),)
+	@echo "skipping collbenchcu: mpicxx not found (apt-get install libopenmpi-dev)"
+else
+	$(NVCC) -std=c++17 -O3 -DUSE_MPI -DOMPI_SKIP_MPICXX $(filter -I%,$(shell $(MPICXX) --showme:compile)) \
+	  $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib) $< -o $@ $(shell $(MPICXX) --showme:link) -lnccl
+endif
+
 # the default dataset: offline, Python standard library only
 data: data/arithmetic/train_000000.bin
 data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
@@ -115,5 +129,5 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_collectivescpu collbenchcpu train_gpt2cu test_gpt2cu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu bench_matmul
 	rm -rf build

@@ -1,6 +1,7 @@
 // collbench: times every collective algorithm of llmc/comm/ against the native one, in the
 // style of NVIDIA's nccl-tests, and prints the alpha-beta model's prediction beside each time.
-// Host code (a .cu file like train_gpt2.cu), built for the CPU with mpicxx:
+// A .cu file like train_gpt2.cu: built for the CPU with mpicxx (host buffers over MPI), or by
+// nvcc for device buffers (see "Device buffers" below). The CPU build:
 //   mpicxx -x c++ -DLLMC_CPU -DUSE_MPI collbench.cu -o collbenchcpu      (make collbenchcpu)
 //   mpirun -np 4 ./collbenchcpu -p allreduce -a all -b 8 -e 64M -f 4
 //
@@ -21,6 +22,22 @@
 // reduce-scatter, all-gather, gather, scatter and all-to-all (p-1)/p, broadcast and reduce 1.
 // #wrong counts the elements, summed over ranks, that differ bit for bit from the native
 // collective's result on integer-valued data (exact in every type and op).
+//
+// Device buffers (the CUDA build: nvcc without -DLLMC_CPU, `make collbenchcu`), as nccl-tests
+// measures GPU buffers: each rank takes a GPU (comm_select_device, round robin over its node's
+// GPUs), the world communicator becomes a device communicator (comm_enable_device) whose wire
+// is NCCL, or host-staged MPI through pinned copies when ranks share a GPU or with -S 1 (or
+// LLMC_COMM_STAGED=1). send, recv and the reference are cudaMalloc'd, filled by copying the same
+// integer-valued host data in, and every algorithm, native (nccl*) and educational, runs on
+// them. #wrong copies each result back to the host and compares it with the native result's
+// host copy. Timing is wall time (MPI_Wtime) taken after cudaDeviceSynchronize, not CUDA events:
+// the educational algorithms are driven step by step from the host (staging copies, a stream
+// synchronisation per message), so only the host's clock sees all of their time; every call
+// of llmc/comm/ returns with its data in place anyway, the synchronisation is a safeguard.
+// The ping-pong runs on device buffers over the same wire, gamma is the device reduce kernel.
+//   nvcc -std=c++17 -O3 -DUSE_MPI -DOMPI_SKIP_MPICXX $(mpicxx --showme:compile)
+//        collbench.cu -o collbenchcu $(mpicxx --showme:link) -lnccl     (make collbenchcu)
+//   mpirun -np 4 ./collbenchcu -p allreduce -a all -b 8 -e 256M -f 4 [-S 1]
 //
 // Adding an algorithm = one row of ALGOS below: primitive, name, a call (one of the ALGO_*
 // macros adapts the algorithm's signature), and its alpha-beta model (a ModelFn, or NULL).
@@ -43,6 +60,73 @@ int main() {
 #include "llmc/comm/ps.h"
 #include "llmc/comm/hierarchical.h"
 #include "llmc/comm/torus.h"
+
+#ifdef LLMC_CUDA_COMM
+#define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)
+#define COLLBENCH_PROG "collbenchcu"
+#define COLLBENCH_FLAGS "befnwcdorpasNRS"
+#else
+#define COLLBENCH_PROG "collbenchcpu"
+#define COLLBENCH_FLAGS "befnwcdorpasNR"
+#endif
+
+// --- the benchmarked buffers: host memory (CPU build) or device memory (CUDA build)
+
+static void* bench_alloc(const Comm* c, size_t n, CommType t) {
+#ifdef COLLBENCH_DEVICE
+    void* p = NULL;
+    comm_cuda_check(c, "cudaMalloc", cudaMalloc(&p, (n == 0 ? 1 : n) * comm_type_size(t)));
+    return p;
+#else
+    (void)c;
+    return comm_scratch(n, t);
+#endif
+}
+static void bench_free(void* p) {
+#ifdef COLLBENCH_DEVICE
+    cudaFree(p);
+#else
+    free(p);
+#endif
+}
+static void bench_memset(const Comm* c, void* p, int v, size_t bytes) {
+#ifdef COLLBENCH_DEVICE
+    comm_cuda_check(c, "cudaMemset", cudaMemset(p, v, bytes));
+#else
+    (void)c;
+    memset(p, v, bytes);
+#endif
+}
+// host data into a benchmarked buffer
+static void bench_upload(const Comm* c, void* dst, const void* host, size_t bytes) {
+#ifdef COLLBENCH_DEVICE
+    comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+#else
+    (void)c;
+    if (dst != host) { memcpy(dst, host, bytes); }
+#endif
+}
+// a host view of the first `bytes` of a benchmarked buffer: the buffer itself (host), or its
+// copy in `host` (device)
+static const void* bench_view(const Comm* c, const void* buf, void* host, size_t bytes) {
+#ifdef COLLBENCH_DEVICE
+    if (bytes > 0) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(host, buf, bytes, cudaMemcpyDeviceToHost)); }
+    return host;
+#else
+    (void)c;
+    (void)host;
+    (void)bytes;
+    return buf;
+#endif
+}
+// all this rank's device work done (before the clock is read)
+static void bench_sync(const Comm* c) {
+#ifdef COLLBENCH_DEVICE
+    comm_cuda_check(c, "cudaDeviceSynchronize", cudaDeviceSynchronize());
+#else
+    (void)c;
+#endif
+}
 
 // --- the primitives
 
@@ -207,10 +291,11 @@ struct Opts {
     std::string algos = "all";
     int servers = 1;     // -s: parameter_server
     int node = 0;        // -N: hierarchical; 0 = the largest divisor of p <= sqrt(p)
+    int staged = 0;      // -S: device build: host-staged wire even where NCCL could run
 };
 
 static void usage(void) {
-    printf("usage: mpirun -np P ./collbenchcpu [flags]\n"
+    printf("usage: mpirun -np P ./" COLLBENCH_PROG " [flags]\n"
            "  -b BYTES   smallest size (suffix K, M, G allowed; default 8)\n"
            "  -e BYTES   largest size (default 64M)\n"
            "  -f F       multiply the size by F each step (default 2)\n"
@@ -226,6 +311,10 @@ static void usage(void) {
            "  -s N       parameter_server: number of servers (default 1)\n"
            "  -N N       hierarchical: ranks per node (default: the largest divisor of p <= sqrt p);\n"
            "             torus2d uses a rows x cols grid with rows = that divisor\n"
+#ifdef COLLBENCH_DEVICE
+           "  -S 0|1     device buffers over the host-staged wire (pinned copies + MPI) instead of NCCL;\n"
+           "             chosen anyway when ranks share a GPU (default 0)\n"
+#endif
            "algorithms:");
     for (int i = 0; i < N_ALGOS; i++) { printf("%s %s/%s", i % 4 == 0 ? "\n   " : "", PRIM_NAMES[ALGOS[i].prim], ALGOS[i].name); }
     printf("\n");
@@ -260,7 +349,7 @@ static Opts parse_opts(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(); exit(0); }
-        if (f[0] != '-' || f[1] == '\0' || f[2] != '\0' || strchr("befnwcdorpasNR", f[1]) == NULL) {
+        if (f[0] != '-' || f[1] == '\0' || f[2] != '\0' || strchr(COLLBENCH_FLAGS, f[1]) == NULL) {
             die("collbench: unknown flag '%s' (see -h)", f);
         }
         if (i + 1 >= argc) { die("collbench: %s needs a value (see -h)", f); }
@@ -302,6 +391,7 @@ static Opts parse_opts(int argc, char** argv) {
             case 's': o.servers = (int)parse_int(f, v, 1, 1 << 30); break;
             case 'R': o.rounds = (int)parse_int(f, v, 1, 1000000); break;
             case 'N': o.node = (int)parse_int(f, v, 1, 1 << 30); break;
+            case 'S': o.staged = (int)parse_int(f, v, 0, 1); break;
         }
     }
     if (o.minbytes > o.maxbytes) { die("collbench: -b %zu is larger than -e %zu", o.minbytes, o.maxbytes); }
@@ -388,31 +478,47 @@ static void measure_alpha_beta(Comm* c, double* alpha, double* beta) {
     *beta = 0;
     if (c->size < 2) { return; }
     const size_t big = (size_t)16 << 20;
-    void* buf = comm_scratch(big / 4, COMM_INT32);
-    memset(buf, 1, big);
+    void* buf = bench_alloc(c, big / 4, COMM_INT32);      // device memory in the device build
+    bench_memset(c, buf, 1, big);
     double t_small = pingpong_half_rtt(c, buf, 1, 200);     // 1 int32 = 4 bytes
     double t_big = pingpong_half_rtt(c, buf, big / 4, 10);
     *alpha = t_small;
     *beta = std::max(t_big - t_small, 0.0) / (double)(big - 4);
-    free(buf);
+    bench_free(buf);
     comm_reset_counters(c);
 }
 
 // gamma: seconds per byte of the local reduce (comm_reduce_local, fp32 sum, 16 MiB), which the
-// alpha-beta model leaves out; on shared memory it is of the same order as beta
-static double measure_gamma(void) {
+// alpha-beta model leaves out; on shared memory it is of the same order as beta. In the device
+// build the buffers are device memory, so this is the reduce kernel (reduce_local.cuh).
+static double measure_gamma(const Comm* c) {
     const size_t n = ((size_t)16 << 20) / 4;
-    float* a = (float*)comm_scratch(n, COMM_FP32);
-    float* b = (float*)comm_scratch(n, COMM_FP32);
-    for (size_t i = 0; i < n; i++) { a[i] = 1.0f; b[i] = 2.0f; }
+    float* ha = (float*)comm_scratch(n, COMM_FP32);
+    float* hb = (float*)comm_scratch(n, COMM_FP32);
+    for (size_t i = 0; i < n; i++) { ha[i] = 1.0f; hb[i] = 2.0f; }
+#ifdef COLLBENCH_DEVICE
+    float* a = (float*)bench_alloc(c, n, COMM_FP32);
+    float* b = (float*)bench_alloc(c, n, COMM_FP32);
+    bench_upload(c, a, ha, n * 4);
+    bench_upload(c, b, hb, n * 4);
+#else
+    (void)c;
+    float* a = ha;
+    float* b = hb;
+#endif
     double best = 1e30;
     for (int k = 0; k < 4; k++) {
         double t0 = MPI_Wtime();
         comm_reduce_local(a, b, n, COMM_FP32, COMM_SUM);
+        bench_sync(c);
         best = std::min(best, MPI_Wtime() - t0);
     }
-    free(a);
-    free(b);
+#ifdef COLLBENCH_DEVICE
+    bench_free(a);
+    bench_free(b);
+#endif
+    free(ha);
+    free(hb);
     return best / (double)(n * 4);
 }
 
@@ -436,6 +542,14 @@ static std::string human(size_t b) {
 int main(int argc, char** argv) {
     Opts o = parse_opts(argc, argv);                         // before MPI: bad flags die on every rank
     Comm c = comm_init_world(&argc, &argv);
+#ifdef COLLBENCH_DEVICE
+    comm_select_device(&c);                                  // one GPU per rank, round robin on a node
+    comm_enable_device(&c, o.staged);                        // NCCL, or the staged wire (-S 1, shared GPU)
+    const char* buffers = c.staged ? "device (cudaMalloc), host-staged wire: pinned host copies over MPI"
+                                   : "device (cudaMalloc), over NCCL";
+#else
+    const char* buffers = "host (malloc), over MPI";
+#endif
     int p = c.size;
     bool rooted = o.prim == P_BROADCAST || o.prim == P_REDUCE || o.prim == P_GATHER || o.prim == P_SCATTER;
     if (o.root >= p) { die("collbench: -r %d is out of range for %d ranks", o.root, p); }
@@ -450,19 +564,35 @@ int main(int argc, char** argv) {
 
     double alpha, beta;
     measure_alpha_beta(&c, &alpha, &beta);
-    double gamma = measure_gamma();
+    double gamma = measure_gamma(&c);
 
-    // buffers for the largest size: send (full), recv (full), and the native reference
+    // buffers for the largest size: send (full), recv (full), and the native reference; host
+    // memory in the CPU build, device memory in the device build, with host copies of the data
+    // (sendhost: the input copied in; recvhost, refhost: the results copied back for the check)
     size_t max_count = o.maxbytes / tsize;
     size_t recv_n = max_count;
-    void* sendbuf = comm_scratch(max_count, o.type);
-    void* recvbuf = comm_scratch(recv_n, o.type);
-    void* refbuf = comm_scratch(recv_n, o.type);
-    fill(sendbuf, max_count, o.type, c.rank);
+    void* sendbuf = bench_alloc(&c, max_count, o.type);
+    void* recvbuf = bench_alloc(&c, recv_n, o.type);
+    void* refbuf = bench_alloc(&c, recv_n, o.type);
+#ifdef COLLBENCH_DEVICE
+    void* sendhost = comm_scratch(max_count, o.type);
+    void* recvhost = comm_scratch(recv_n, o.type);
+    void* refhost = comm_scratch(recv_n, o.type);
+#else
+    void* sendhost = sendbuf;
+    void* recvhost = NULL;
+    void* refhost = NULL;
+#endif
+    fill(sendhost, max_count, o.type, c.rank);
+    bench_upload(&c, sendbuf, sendhost, max_count * tsize);
 
     if (c.rank == 0) {
         printf("# collbench: %s, %d ranks, type %s, op %s, root %d, iters %d x %d rounds (fastest round), warmup %d, check %d\n",
                PRIM_NAMES[o.prim], p, comm_type_name(o.type), comm_op_name(o.op), o.root, o.iters, o.rounds, o.warmup, o.check);
+        printf("# buffers: %s\n", buffers);
+#ifdef COLLBENCH_DEVICE
+        printf("# time: wall clock (MPI_Wtime) after cudaDeviceSynchronize; #wrong: results copied back to the host\n");
+#endif
         if (p >= 2) {
             printf("# ping-pong rank 0 <-> 1: alpha = %.2f us per message, beta = %.4f ns per byte (1/beta = %.2f GB/s)\n",
                    alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0);
@@ -494,9 +624,11 @@ int main(int argc, char** argv) {
         size_t n;
         result_range(o.prim, &c, count, o.root, &n);
         double native_busbw = 0;
+        const void* ref = NULL;                              // host view of the reference
         if (o.check) {                                       // the reference: the native result
-            memset(refbuf, 0x5a, recv_n * tsize);
+            bench_memset(&c, refbuf, 0x5a, recv_n * tsize);
             algos[0]->run(&c, sendbuf, refbuf, call_count, o.type, o.op, o.root);
+            ref = bench_view(&c, refbuf, refhost, n * tsize);
         }
         for (const Algo* a : algos) {
             bool is_native = strcmp(a->name, "native") == 0;
@@ -504,10 +636,11 @@ int main(int argc, char** argv) {
             long wrong = 0;
             if (o.check) {
                 c.check_args = 1;
-                memset(recvbuf, 0x33, recv_n * tsize);
+                bench_memset(&c, recvbuf, 0x33, recv_n * tsize);
                 a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root);
+                const void* got = bench_view(&c, recvbuf, recvhost, n * tsize);
                 for (size_t i = 0; i < n; i++) {
-                    wrong += memcmp(comm_at(recvbuf, i, o.type), comm_at(refbuf, i, o.type), tsize) != 0;
+                    wrong += memcmp(comm_at(got, i, o.type), comm_at(ref, i, o.type), tsize) != 0;
                 }
                 MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, c.mpi);
                 total_wrong += wrong;
@@ -515,6 +648,7 @@ int main(int argc, char** argv) {
             // timing: the arguments were checked above, so no per-call agreement check here
             c.check_args = 0;
             for (int k = 0; k < o.warmup; k++) { a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+            bench_sync(&c);
             // -R rounds of -n runs each: a round's time is the slowest rank's mean; the fastest round
             // counts, so that a rank descheduled by another job (a shared machine) spoils one round only
             double dt = 1e30;
@@ -522,6 +656,7 @@ int main(int argc, char** argv) {
                 MPI_Barrier(c.mpi);
                 double t0 = MPI_Wtime();
                 for (int k = 0; k < o.iters; k++) { a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+                bench_sync(&c);                              // device build: the GPU's work is in the time
                 double rt = (MPI_Wtime() - t0) / o.iters;
                 MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c.mpi);
                 dt = std::min(dt, rt);
@@ -594,10 +729,15 @@ int main(int argc, char** argv) {
     }
     if (g_have_hier) { hier_plan_free(&g_hier_plan); }
     if (g_have_torus) { hier_plan_free(&g_torus_plan); }
-    free(sendbuf);
-    free(recvbuf);
-    free(refbuf);
-    comm_free(&c);
+    bench_free(sendbuf);
+    bench_free(recvbuf);
+    bench_free(refbuf);
+#ifdef COLLBENCH_DEVICE
+    free(sendhost);
+    free(recvhost);
+    free(refhost);
+#endif
+    comm_free(&c);                                           // device build: NCCL communicator and stream too
     comm_finalize();
     return total_wrong == 0 ? 0 : 2;
 }
