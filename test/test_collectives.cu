@@ -16,6 +16,7 @@ int main() {
     return 0;
 }
 #else
+#include <functional>
 #include <string>
 #include <vector>
 #include "../llmc/comm/native.h"
@@ -353,6 +354,33 @@ static void test_gather_scatter() {
     report(s);
 }
 
+// One all-to-all-v case: amount(from, to) elements go from rank `from` to rank `to`. Builds
+// this rank's counts and displacements, its send buffer and the result it must receive.
+struct AlltoallvCase {
+    std::vector<size_t> sc, sd, rc, rd;   // send/recv counts and displacements, per peer
+    size_t stotal = 0, rtotal = 0;
+    void* send = NULL;
+    void* want = NULL;
+};
+static AlltoallvCase alltoallv_case(const std::function<size_t(int, int)>& amount, CommType t, int salt) {
+    int p = W.size, r = W.rank;
+    AlltoallvCase v;
+    v.sc.resize(p); v.sd.resize(p); v.rc.resize(p); v.rd.resize(p);
+    for (int j = 0; j < p; j++) {
+        v.sc[j] = amount(r, j); v.sd[j] = v.stotal; v.stotal += v.sc[j];
+        v.rc[j] = amount(j, r); v.rd[j] = v.rtotal; v.rtotal += v.rc[j];
+    }
+    v.send = comm_scratch(v.stotal, t);
+    fill(v.send, 0, v.stotal, t, r, salt);
+    v.want = comm_scratch(v.rtotal, t);
+    for (int q = 0; q < p; q++) {
+        size_t first = 0;   // where rank q's block for r starts in q's send buffer
+        for (int j = 0; j < r; j++) { first += amount(q, j); }
+        fill(comm_at(v.want, v.rd[q], t), first, v.rc[q], t, q, salt);
+    }
+    return v;
+}
+
 static void test_alltoall() {
     int p = W.size, r = W.rank;
     Group g;
@@ -377,20 +405,11 @@ static void test_alltoall() {
     for (CommType t : TYPES) for (size_t k : small_counts()) {
         int salt = (int)k + 31 * t + 9;
         auto amount = [&](int from, int to) { return (size_t)((from + to) % 3) * k; };
-        std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
-        size_t stotal = 0, rtotal = 0;
-        for (int j = 0; j < p; j++) {
-            sc[j] = amount(r, j); sd[j] = stotal; stotal += sc[j];
-            rc[j] = amount(j, r); rd[j] = rtotal; rtotal += rc[j];
-        }
-        void* send = comm_scratch(stotal, t);
-        fill(send, 0, stotal, t, r, salt);
-        void* want = comm_scratch(rtotal, t);
-        for (int q = 0; q < p; q++) {
-            size_t first = 0;   // where rank q's block for r starts in q's send buffer
-            for (int j = 0; j < r; j++) { first += amount(q, j); }
-            fill(comm_at(want, rd[q], t), first, rc[q], t, q, salt);
-        }
+        AlltoallvCase c = alltoallv_case(amount, t, salt);
+        const std::vector<size_t>&sc = c.sc, &sd = c.sd, &rc = c.rc, &rd = c.rd;
+        size_t rtotal = c.rtotal;
+        void* send = c.send;
+        void* want = c.want;
         void* out = garbage(rtotal, t);
         alltoallv_native(&W, send, sc.data(), sd.data(), out, rc.data(), rd.data(), t);
         record(v, same(out, want, rtotal, t), "%s k %zu: wrong result", comm_type_name(t), k);
@@ -445,20 +464,11 @@ static void test_alltoallv_pairwise() {
             h ^= h >> 16;
             return h % 4 == 0 ? 0 : (size_t)(h >> 2) % (k + 1);
         };
-        std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
-        size_t stotal = 0, rtotal = 0;
-        for (int j = 0; j < p; j++) {
-            sc[j] = amount(r, j); sd[j] = stotal; stotal += sc[j];
-            rc[j] = amount(j, r); rd[j] = rtotal; rtotal += rc[j];
-        }
-        void* send = comm_scratch(stotal, t);
-        fill(send, 0, stotal, t, r, salt);
-        void* want = comm_scratch(rtotal, t);
-        for (int q = 0; q < p; q++) {
-            size_t first = 0;   // where rank q's block for r starts in q's send buffer
-            for (int j = 0; j < r; j++) { first += amount(q, j); }
-            fill(comm_at(want, rd[q], t), first, rc[q], t, q, salt);
-        }
+        AlltoallvCase c = alltoallv_case(amount, t, salt);
+        const std::vector<size_t>&sc = c.sc, &sd = c.sd, &rc = c.rc, &rd = c.rd;
+        size_t rtotal = c.rtotal;
+        void* send = c.send;
+        void* want = c.want;
         void* nat = garbage(rtotal, t);
         alltoallv_native(&W, send, sc.data(), sd.data(), nat, rc.data(), rd.data(), t);
         void* out = garbage(rtotal, t);
