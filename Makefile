@@ -5,6 +5,7 @@
 #   make bench-comm   collbench: every all-reduce algorithm vs MPI's, 2 and 4 ranks (needs mpicxx)
 #   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
 #   make collbenchcu  collbench on GPU buffers (nvcc + MPI + NCCL; needs a GPU to run)
+#   make train_gpt2cu test_gpt2cu   the CUDA backend (PRECISION=BF16|FP32, GPU_ARCH=90; needs a GPU to run)
 # Options: OPENBLAS=1 (matmuls through OpenBLAS), NO_MPI=1, CXX=..., PYTHON=...
 
 CXX ?= g++
@@ -12,7 +13,7 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/de
 PYTHON ?= python3
 CXXFLAGS_CPU = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
-HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h)
+HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h llmc/parallel/*.h llmc/comm/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 
 # --- prerequisites, each found or reported once
@@ -120,6 +121,56 @@ BENCH_BLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DLLMC_O
 BENCH_BLAS_LIBS := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
 bench_matmul: dev/cpu/bench_matmul.cpp llmc/cpu/matmul.h
 	$(CXX) -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra $(BENCH_BLAS) $< -o $@ $(BENCH_BLAS_LIBS)
+
+# ---- the CUDA backend (llmc/cuda/, doc/cuda-backend.md): make train_gpt2cu test_gpt2cu
+#   PRECISION=BF16 (default) or FP32; GPU_ARCH=90 (or sm_90) to pick the GPU, otherwise the
+#   GPU that nvidia-smi reports, otherwise sm_80 + sm_90 (+ PTX for newer GPUs) so CI compiles.
+# Not part of all or test: CI has no GPU (it compiles these through scripts/nvcc_check.sh).
+PRECISION ?= BF16
+ifeq ($(PRECISION),BF16)
+  CUDA_PRECISION_FLAGS =
+else ifeq ($(PRECISION),FP32)
+  CUDA_PRECISION_FLAGS = -DENABLE_FP32
+else
+  $(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
+endif
+# the first GPU's compute capability ("9.0" -> 90), empty when nvidia-smi is missing or fails;
+# '=' so that it only runs when a CUDA target is built
+GPU_ARCH_DETECTED = $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' | grep -E '^[0-9]+$$')
+GPU_ARCH_USED = $(subst sm_,,$(if $(GPU_ARCH),$(GPU_ARCH),$(GPU_ARCH_DETECTED)))
+CUDA_GENCODE = $(if $(GPU_ARCH_USED),-gencode arch=compute_$(GPU_ARCH_USED)$(comma)code=[sm_$(GPU_ARCH_USED)$(comma)compute_$(GPU_ARCH_USED)],\
+  -gencode arch=compute_80$(comma)code=sm_80 -gencode arch=compute_90$(comma)code=[sm_90$(comma)compute_90])
+comma := ,
+NVCC_FLAGS = -std=c++17 -O3 $(CUDA_PRECISION_FLAGS) -Xcompiler -fopenmp,-Wall,-Wextra
+CUDA_LIBS = -lcublasLt -lcublas
+CUDA_HEADERS = $(HEADERS) $(wildcard llmc/cuda/*.cuh llmc/comm/*.h llmc/parallel/*.h)
+# Multi-rank train_gpt2cu needs MPI (mpicxx) and NCCL (NCCL_HOME=... when nccl.h is not in
+# the CUDA toolkit or /usr/include); without either it is built for one rank.
+NCCL_HEADER = $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) /usr/include/nccl.h $(dir $(NVCC))../include/nccl.h)
+ifneq ($(MPICXX),)
+  CUDA_MPI_FLAGS = $(if $(NCCL_HEADER),-DUSE_MPI -DOMPI_SKIP_MPICXX $(filter -I%,$(shell $(MPICXX) --showme:compile)) \
+    $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib))
+  CUDA_MPI_LIBS = $(if $(NCCL_HEADER),$(filter -L% -l%,$(shell $(MPICXX) --showme:link)) -lnccl)
+  CUDA_MPI_NOTE = $(if $(NCCL_HEADER),MPI + NCCL,single rank: NCCL not found (set NCCL_HOME or install libnccl-dev))
+else
+  CUDA_MPI_NOTE = single rank: mpicxx not found (apt-get install libopenmpi-dev)
+endif
+
+define cuda_prereqs
+	@if [ -z "$(NVCC_FOUND)" ]; then echo "error: nvcc not found: install the CUDA toolkit (or set NVCC=/path/to/nvcc)"; exit 1; fi
+	@cuda_lib=$$(dirname $$(dirname $(NVCC)))/lib64; if [ ! -e $$cuda_lib/libcublasLt.so ] && ! ldconfig -p 2>/dev/null | grep -q libcublasLt.so; then \
+	  echo "error: cuBLASLt not found (looked in $$cuda_lib and ldconfig): install the CUDA toolkit's cuBLAS (libcublas-dev)"; exit 1; fi
+	@echo "nvcc: $(NVCC), precision $(PRECISION), GPU arch: $(if $(GPU_ARCH_USED),sm_$(GPU_ARCH_USED),none detected: sm_80 + sm_90)"
+endef
+
+train_gpt2cu: train_gpt2.cu $(CUDA_HEADERS)
+	$(cuda_prereqs)
+	@echo "train_gpt2cu: $(CUDA_MPI_NOTE)"
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_MPI_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS) $(CUDA_MPI_LIBS)
+
+test_gpt2cu: test/test_gpt2.cu $(CUDA_HEADERS)
+	$(cuda_prereqs)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
 
 nvcc-check:
 ifeq ($(NVCC_FOUND),)

@@ -3,6 +3,8 @@
 //   nvcc                   -> train_gpt2cu   (CUDA kernels, bf16 mixed precision)
 // One optimizer step: zero the gradients; for each of grad_accum micro-steps, forward,
 // cross-entropy, backward (gradients add up); then clip and AdamW-update.
+// Under mpirun (MPI build) the ranks form a mesh (llmc/parallel/mesh.h) and train data-parallel
+// in the mode --dp-mode / --zero choose (llmc/parallel/dp.h); rank 0 prints and saves.
 #include "llmc/common.h"
 #include "llmc/args.h"
 #include "llmc/gpt2.h"
@@ -13,8 +15,9 @@
 #include "llmc/sampler.h"
 #include "llmc/eval.h"
 #include "llmc/log.h"
+#include "llmc/trace.h"
 #ifdef USE_MPI
-#include <mpi.h>
+#include "llmc/parallel/dp.h"
 #endif
 
 typedef struct {
@@ -36,6 +39,13 @@ typedef struct {
     float temperature;
     int threads;
     int bench;
+    const char* log;
+    // data parallelism
+    int dp, zero, ps_servers, offload;
+    const char* dp_mode;
+    const char* comm_algo;
+    float bucket_mb;
+    const char* trace;
 } TrainArgs;
 
 static void parse_train_args(int argc, char** argv, TrainArgs* a) {
@@ -50,6 +60,7 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->seed = 1337;
     a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
     a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
+    a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
@@ -85,6 +96,15 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"temperature", ARG_FLOAT, &a->temperature, "sampling temperature, 0 = greedy"},
         {"threads", ARG_INT, &a->threads, "CPU threads (OpenMP), 0 = OMP_NUM_THREADS or all cores"},
         {"bench", ARG_SWITCH, &a->bench, "benchmark: random tokens, no data files, timing summary"},
+        {"log", ARG_STRING, &a->log, "write 'step loss norm lr' per step at full precision to this file"},
+        {"dp", ARG_INT, &a->dp, "data-parallel ranks, 0 = all the ranks mpirun started"},
+        {"dp-mode", ARG_STRING, &a->dp_mode, "naive (one all-reduce), ddp (bucketed, overlapped), ps (parameter server)"},
+        {"zero", ARG_INT, &a->zero, "ZeRO stage 0-3 (1: optimizer state, 2: + gradients, 3: + parameters sharded)"},
+        {"bucket-mb", ARG_FLOAT, &a->bucket_mb, "gradient bucket size in MiB (ddp, ZeRO-1/2)"},
+        {"ps-servers", ARG_INT, &a->ps_servers, "parameter-server mode: ranks 0..S-1 are servers"},
+        {"offload", ARG_SWITCH, &a->offload, "ZeRO-Offload: optimizer state and update in host memory (--zero 1 or 2)"},
+        {"comm-algo", ARG_STRING, &a->comm_algo, "data-parallel collectives: ring (ours, bytes counted) or native (MPI/NCCL)"},
+        {"trace", ARG_STRING, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
@@ -107,6 +127,20 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
     }
     if (a->beta1 < 0 || a->beta1 >= 1 || a->beta2 < 0 || a->beta2 >= 1) { die("--beta1 and --beta2 must be in [0, 1)"); }
     if (a->eps <= 0) { die("--eps must be positive, got %g", a->eps); }
+    if (a->dp < 0) { die("--dp must be >= 0, got %d", a->dp); }
+    if (a->zero < 0 || a->zero > 3) { die("--zero must be 0, 1, 2 or 3, got %d", a->zero); }
+    if (strcmp(a->dp_mode, "naive") != 0 && strcmp(a->dp_mode, "ddp") != 0 && strcmp(a->dp_mode, "ps") != 0) {
+        die("--dp-mode must be naive, ddp or ps, got '%s'", a->dp_mode);
+    }
+    if (a->zero > 0 && strcmp(a->dp_mode, "ddp") != 0) {
+        die("--zero %d shards the state of bucketed data parallelism: it does not combine with --dp-mode %s", a->zero, a->dp_mode);
+    }
+    if (a->offload && (a->zero < 1 || a->zero > 2)) { die("--offload needs --zero 1 or --zero 2 (ZeRO-Offload), got --zero %d", a->zero); }
+    if (strcmp(a->comm_algo, "ring") != 0 && strcmp(a->comm_algo, "native") != 0) {
+        die("--comm-algo must be ring or native, got '%s'", a->comm_algo);
+    }
+    if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
+    if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
 }
 
 static float validation_loss(GPT2* model, DataLoader* val, int batches) {
@@ -135,29 +169,48 @@ static void print_sample(GPT2* model, const Tokenizer* tok, int eot, int len, in
     printf("\n---\n");
 }
 
+// sum of a value over the data-parallel ranks (a no-op on one rank)
+#ifdef USE_MPI
+static DataParallel* g_dp = NULL;
+static double dp_sum(double x) {
+    if (g_dp) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, g_dp->comm->mpi); }
+    return x;
+}
+#else
+static double dp_sum(double x) { return x; }
+#endif
+
 int main(int argc, char** argv) {
     int rank = 0, world = 1;
-#ifdef USE_MPI
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-#endif
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
     TrainArgs args;
     parse_train_args(argc, argv, &args);
-    if (world != 1) {
-        // every rank reports, then all exit together: no rank is killed before it has spoken
-        fprintf(stderr, "error: train_gpt2 trains on a single rank so far; it was started with %d ranks "
-                        "(run it without mpirun) [rank %d]\n", world, rank);
 #ifdef USE_MPI
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Finalize();
-#endif
-        exit(1);
+    // the data-parallel communication thread calls MPI while the main thread computes; the two
+    // never call MPI at the same time, which MPI_THREAD_SERIALIZED allows
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    if (provided < MPI_THREAD_SERIALIZED) { die("this MPI library does not support MPI_THREAD_SERIALIZED"); }
+    Comm world_comm = comm_init_world(&argc, &argv);
+    rank = world_comm.rank;
+    world = world_comm.size;
+    int use_dp = world > 1 || args.dp > 1 || args.zero > 0 || strcmp(args.dp_mode, "ddp") != 0 || args.offload;
+    Mesh mesh;
+    if (use_dp) { mesh = mesh_init(&world_comm, args.dp ? args.dp : world, 1, 1, 1); }
+    if (rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
+        if (!freopen("/dev/null", "w", stdout)) { die("cannot silence stdout on rank %d", rank); }
     }
+#else
+    if (args.dp > 1 || args.zero > 0 || strcmp(args.dp_mode, "ddp") != 0 || args.offload) {
+        die("data parallelism (--dp, --dp-mode, --zero, --offload) needs the MPI build: apt-get install libopenmpi-dev, then make");
+    }
+    int use_dp = 0;
+#endif
+    int ndp = use_dp ? world : 1;
 #ifdef _OPENMP
     if (args.threads > 0) { omp_set_num_threads(args.threads); }
 #endif
+    backend_init(rank);
 
     // ---- model
     GPT2 model;
@@ -183,9 +236,25 @@ int main(int argc, char** argv) {
     if (args.seq > cfg->max_seq_len) {
         die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len);
     }
-    int B = args.batch / (args.grad_accum * world);   // this rank's micro-batch
+    if (args.batch % (args.grad_accum * ndp) != 0) {
+        die("--batch %d does not split into %d micro-steps x %d data-parallel ranks", args.batch, args.grad_accum, ndp);
+    }
+    int B = args.batch / (args.grad_accum * ndp);   // this rank's micro-batch
     int T = args.seq;
     gpt2_allocate_activations(&model, B, T);
+#ifdef USE_MPI
+    DataParallel dp;
+    if (use_dp) {
+        DPMode mode = strcmp(args.dp_mode, "naive") == 0 ? DP_NAIVE : strcmp(args.dp_mode, "ps") == 0 ? DP_PS
+                    : args.zero == 0 ? DP_DDP : (DPMode)(DP_ZERO1 + args.zero - 1);
+        if (mode == DP_PS && args.ps_servers > ndp) {
+            die("--ps-servers %d: at most the %d data-parallel ranks can be servers", args.ps_servers, ndp);
+        }
+        dp_init(&dp, &model, &mesh.dim[MESH_DP], mode, args.offload, strcmp(args.comm_algo, "ring") == 0,
+                args.ps_servers, args.bucket_mb);
+        g_dp = &dp;
+    }
+#endif
 
     // ---- data and tokenizer
     DataLoader train, val;
@@ -208,11 +277,14 @@ int main(int argc, char** argv) {
             printf("note: no tokenizer at '%s': samples print token ids\n", args.tokenizer ? args.tokenizer : "");
         }
     }
-    std::vector<ArithExample> examples;
+    std::vector<ArithExample> examples, my_examples;   // my_examples: this rank's share
     if (args.accuracy > 0 && !args.bench) {
         if (cfg->vocab_size == 257) { examples = arith_load_examples(args.val_data, eot, args.accuracy); }
         if (examples.empty()) {
             printf("note: no exact-match accuracy: it needs byte-level 'a+b=c' validation data (dev/data/arithmetic.py)\n");
+        }
+        for (size_t i = 0; i < examples.size(); i++) {
+            if ((int)(i % ndp) == rank) { my_examples.push_back(examples[i]); }
         }
     }
 
@@ -229,9 +301,26 @@ int main(int argc, char** argv) {
     printf("batch        %d sequences x %d tokens = %d tokens per step (micro-batch %d, %d micro-steps)\n",
            args.batch, T, args.batch * T, B, args.grad_accum);
     printf("data         %s\n", args.bench ? "random tokens (--bench)" : args.train_data);
-    printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
-           2.0 * model.num_parameters * sizeof(floatX) / 1048576.0,
-           2.0 * model.num_parameters * sizeof(float) / 1048576.0, model.acts_bytes / 1048576.0);
+    if (!use_dp) {
+        printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
+               2.0 * model.num_parameters * sizeof(floatX) / 1048576.0,
+               2.0 * model.num_parameters * sizeof(float) / 1048576.0, model.acts_bytes / 1048576.0);
+    }
+#ifdef USE_MPI
+    if (use_dp) {
+        mesh_print(&mesh);
+        dp_print_memory(&dp);
+        printf("comm         %s collectives%s\n", dp.use_ring ? "ring (ours: bytes counted)" : "native MPI (bytes not counted)",
+               dp.mode == DP_PS ? "; parameter server push/pull (ours: counted)" : "");
+    }
+    if (args.trace) { MPI_Barrier(MPI_COMM_WORLD); trace_start(); }
+#else
+    if (args.trace) { trace_start(); }
+#endif
+    FILE* logf = NULL;
+    std::string log_tmp;
+    if (args.log && rank == 0) { logf = fopen_tmp_for_write(args.log, &log_tmp); }
+    double comm_total = 0.0, exposed_total = 0.0;
 
     // ---- training
     Rng sample_rng;
@@ -246,32 +335,52 @@ int main(int argc, char** argv) {
     for (int step = 0; step <= args.steps; step++) {
         int last = step == args.steps;
         // evaluation and samples happen before the step (and once after the last one)
-        if (!args.bench && (last || (args.eval_every > 0 && step % args.eval_every == 0))) {
-            val_loss = validation_loss(&model, &val, args.eval_batches);
+        int do_eval = !args.bench && (last || (args.eval_every > 0 && step % args.eval_every == 0));
+        int do_sample = !args.bench && args.sample_every > 0 && (step % args.sample_every == 0 || last) && step > 0;
+        int do_save = args.save && args.save_every > 0 && step > 0 && step % args.save_every == 0 && !last;
+#ifdef USE_MPI
+        if (use_dp && (do_eval || do_sample || do_save)) { dp_full_model_begin(&dp); }   // ZeRO-3 gathers
+#endif
+        if (do_eval) {
+            // each rank evaluates its share of the batches and examples; the sums are combined
+            val_loss = (float)(dp_sum(validation_loss(&model, &val, args.eval_batches)) / ndp);
             if (examples.empty()) {
                 printf("val loss %.4f\n", val_loss);
             } else {
                 if (last) { printf("held-out examples, greedy completion:\n"); }
-                float acc = arith_accuracy(&model, examples, eot, last ? 8 : 0);
+                float mine = my_examples.empty() ? 0.0f : arith_accuracy(&model, my_examples, eot, last ? 8 : 0);
+                float acc = (float)(dp_sum((double)mine * my_examples.size()) / examples.size());
                 printf("val loss %.4f | accuracy %.1f%% (exact match, %d held-out examples)\n", val_loss,
                        100.0f * acc, (int)examples.size());
             }
         }
-        if (!args.bench && args.sample_every > 0 && (step % args.sample_every == 0 || last) && step > 0) {
+        if (do_sample && rank == 0) {
             print_sample(&model, have_tokenizer ? &tokenizer : NULL, eot, std::min(args.sample_len, T - 1),
                          args.top_k, args.temperature, &sample_rng);
         }
-        if (args.save && args.save_every > 0 && step > 0 && step % args.save_every == 0 && !last) {
+        if (do_save && rank == 0) {
             gpt2_save_checkpoint(&model, args.save);
             printf("saved %s (step %d)\n", args.save, step);
         }
+#ifdef USE_MPI
+        if (use_dp && (do_eval || do_sample || do_save)) { dp_full_model_end(&dp); }
+#endif
         if (last) { break; }
 
         double t0 = wall_seconds();
+#ifdef USE_MPI
+        if (use_dp) { dp_zero_grad(&dp); } else { gpt2_zero_grad(&model); }
+#else
         gpt2_zero_grad(&model);
+#endif
         float loss = 0.0f;
-        float dloss = 1.0f / ((float)args.batch * T);   // the loss is the mean over the global batch
+        // the loss is the mean over this rank's share of the batch; data parallelism averages
+        // the ranks' gradients, so the update follows the mean over the global batch
+        float dloss = 1.0f / ((float)(args.batch / ndp) * T);
         for (int micro = 0; micro < args.grad_accum; micro++) {
+#ifdef USE_MPI
+            if (use_dp) { dp_micro_step(&dp, micro, args.grad_accum); }
+#endif
             const int* inputs;
             const int* targets;
             if (args.bench) {
@@ -285,18 +394,51 @@ int main(int argc, char** argv) {
                 inputs = train.inputs;
                 targets = train.targets;
             }
+            double tf = trace_now();
             gpt2_forward(&model, inputs, B, T);
             loss += gpt2_classifier(&model, targets, NULL, dloss, 1) * dloss;
+            trace_event("forward", 0, tf);
+            double tb = trace_now();
             gpt2_backward(&model);
+            trace_event("backward", 0, tb);
         }
         float lr = lr_at_step(step, args.steps, args.lr, args.warmup, args.lr_final_frac);
-        float norm = gpt2_update(&model, lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.clip);
+        float norm;
+#ifdef USE_MPI
+        if (use_dp) {
+            norm = dp_update(&dp, lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.clip);
+            loss = (float)(dp_sum(loss) / ndp);
+        } else {
+            norm = gpt2_update(&model, lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.clip);
+        }
+#else
+        norm = gpt2_update(&model, lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.clip);
+#endif
+        backend_synchronize();
         double dt = wall_seconds() - t0;
         if (!isfinite(loss) || !isfinite(norm)) {
             die("step %d: loss %f, gradient norm %f: training diverged (try a lower --lr)", step + 1, loss, norm);
         }
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
-        print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * T, -1.0);
+        double peak = backend_peak_flops();
+        print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * T,
+                        peak > 0 ? 100.0 * flops_per_step / dt / (peak * ndp) : -1.0);
+        if (logf) { fprintf(logf, "%d %.9g %.9g %.9g\n", step + 1, loss, norm, lr); }
+#ifdef USE_MPI
+        if (use_dp) {
+            uint64_t sent = dp_step_bytes(&dp), want = dp_formula_bytes(&dp, args.grad_accum);
+            char a[32], b[32];
+            if (dp.use_ring || dp.mode == DP_PS) {
+                printf("     comm | sent %s by this rank (formula %s, %s) | %.1f ms, exposed %.1f ms\n", mib(sent, a),
+                       mib(want, b), sent == want ? "equal" : "DIFFERENT", dp.comm_seconds * 1e3, dp.exposed_seconds * 1e3);
+            } else {
+                printf("     comm | native MPI: bytes not counted (ring formula %s) | %.1f ms, exposed %.1f ms\n",
+                       mib(want, b), dp.comm_seconds * 1e3, dp.exposed_seconds * 1e3);
+            }
+            if (step == 0) { dp_print_peaks(&dp); }
+            if (step > 0) { comm_total += dp.comm_seconds; exposed_total += dp.exposed_seconds; }
+        }
+#endif
     }
 
     if (timed_steps > 0) {
@@ -304,18 +446,63 @@ int main(int argc, char** argv) {
         char tps[32];
         printf("average step (excluding the first): %.1f ms | %s tok/s | %.1f GFLOP/s | %d threads\n", s * 1e3,
                with_commas(args.batch * T / s, tps, sizeof(tps)), flops_per_step / s * 1e-9, backend_num_threads());
+        if (use_dp) {
+            double c = comm_total / timed_steps, e = exposed_total / timed_steps;
+            printf("communication per step (rank 0): %.1f ms, of which exposed %.1f ms (%.0f%% hidden behind compute)\n",
+                   c * 1e3, e * 1e3, c > 0 ? 100.0 * (1.0 - std::min(1.0, e / c)) : 0.0);
+        }
     }
+    if (logf) { fclose_and_rename(logf, log_tmp, args.log); }
     if (args.save) {
-        gpt2_save_checkpoint(&model, args.save);
-        printf("saved %s\n", args.save);
+#ifdef USE_MPI
+        if (use_dp) { dp_full_model_begin(&dp); }
+#endif
+        if (rank == 0) {
+            gpt2_save_checkpoint(&model, args.save);
+            printf("saved %s\n", args.save);
+        }
+#ifdef USE_MPI
+        if (use_dp) { dp_full_model_end(&dp); }
+#endif
+    }
+    if (args.trace) {
+        std::string mine = trace_json_events(rank);
+#ifdef USE_MPI
+        // rank 0 collects every rank's events and writes the one file
+        int len = (int)mine.size();
+        std::vector<int> lens(world), displs(world);
+        MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+        std::vector<char> all;
+        if (rank == 0) {
+            size_t total = 0;
+            for (int r = 0; r < world; r++) { displs[r] = (int)total; total += lens[r]; }
+            all.resize(total + 1);
+        }
+        MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            std::vector<std::string> parts;
+            for (int r = 0; r < world; r++) { parts.push_back(std::string(all.data() + displs[r], lens[r])); }
+            trace_write_file(args.trace, parts);
+            printf("trace: %s (open it in ui.perfetto.dev)\n", args.trace);
+        }
+#else
+        trace_write_file(args.trace, {mine});
+        printf("trace: %s (open it in ui.perfetto.dev)\n", args.trace);
+#endif
     }
     if (!args.bench) {
         dataloader_free(&train);
         dataloader_free(&val);
         if (have_tokenizer) { tokenizer_free(&tokenizer); }
     }
-    gpt2_free(&model);
 #ifdef USE_MPI
+    if (use_dp) { dp_shutdown(&dp); }
+#endif
+    gpt2_free(&model);
+    backend_shutdown();
+#ifdef USE_MPI
+    if (use_dp) { mesh_free(&mesh); }
+    comm_free(&world_comm);
     MPI_Finalize();
 #endif
     return 0;

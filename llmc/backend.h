@@ -18,8 +18,16 @@
 #include "cpu/classifier.h"
 #include "cpu/global_norm.h"
 #include "cpu/adamw.h"
+
+// Backend services the driver calls; on the CPU there is nothing to set up or wait for.
+static inline void backend_init(int local_rank) { (void)local_rank; }
+static inline void backend_synchronize() {}
+static inline void backend_shutdown() {}
+static inline const char* backend_device_name() { return "cpu"; }
+// Peak dense FLOP/s of the device in the build's precision, 0 when unknown: MFU prints n/a.
+static inline double backend_peak_flops() { return 0.0; }
 #else
-#error "The CUDA backend (llmc/cuda/) is not in the tree yet: build with -DLLMC_CPU (make train_gpt2cpu)."
+#include "cuda/backend.cuh"   // the same names, on the GPU (llmc/cuda/)
 #endif
 
 static inline int backend_num_threads() {

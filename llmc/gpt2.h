@@ -121,6 +121,49 @@ static inline void point_parameters(ParameterTensors* p, floatX* memory, const P
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { *ptrs[i] = memory + table[i].offset; }
 }
 
+// The weights of one transformer block, table entries 2..13 in table order. The forward and
+// backward passes take a block's weights (and gradients) through this struct, not by indexing
+// the flat buffer, so that data parallelism can put them elsewhere: ZeRO-3 gathers a block's
+// weights into a temporary buffer just before the block runs (llmc/parallel/zero.h).
+#define NUM_BLOCK_TENSORS 12
+#define FIRST_BLOCK_TENSOR 2
+
+typedef struct {
+    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} BlockWeights;
+
+static inline floatX** block_tensor(BlockWeights* w, int k) {   // k = 0..11, table entry k + 2
+    floatX** ptrs[NUM_BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
+                                        &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb};
+    return ptrs[k];
+}
+
+// Block l's weights inside a flat buffer laid out as the parameter table (tensor by tensor,
+// each tensor layer by layer).
+static inline BlockWeights block_weights_in(floatX* flat, const ParamInfo* table, int L, int l) {
+    BlockWeights w;
+    memset(&w, 0, sizeof(w));
+    if (flat == NULL) { return w; }   // nothing there (ZeRO-3): the hooks fill the pointers in
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+        const ParamInfo* p = &table[FIRST_BLOCK_TENSOR + k];
+        *block_tensor(&w, k) = flat + p->offset + (size_t)l * (p->numel / L);
+    }
+    return w;
+}
+
+// Hooks: where data parallelism plugs into the passes (like PyTorch's module hooks). All NULL
+// on a single rank. `root` holds wte, wpe, lnfw, lnfb (the other fields are unused).
+typedef struct {
+    void* ctx;
+    void (*forward_begin)(void* ctx, ParameterTensors* root);
+    void (*block_forward_begin)(void* ctx, int l, BlockWeights* w);
+    void (*block_forward_end)(void* ctx, int l);
+    void (*backward_begin)(void* ctx, ParameterTensors* root, ParameterTensors* root_grads);
+    void (*block_backward_begin)(void* ctx, int l, BlockWeights* w, BlockWeights* grads);
+    void (*block_backward_end)(void* ctx, int l);   // block l's gradients are complete
+    void (*backward_end)(void* ctx);                // wte, wpe, lnfw, lnfb gradients are complete
+} GPT2Hooks;
+
 // ---------------------------------------------------------------------------------------
 // Activations saved by the forward pass for the backward pass (per layer where marked L).
 
@@ -165,8 +208,12 @@ typedef struct {
     floatX* grads_memory;
     ParameterTensors params;
     ParameterTensors grads;
+    // optimizer state: this rank updates parameters [opt_offset, opt_offset + opt_count) of the
+    // flat buffer (all of them without ZeRO); the three arrays below have opt_count floats
+    size_t opt_offset, opt_count;
     float* m_memory;            // AdamW first moment, allocated at the first update
     float* v_memory;            // AdamW second moment
+    float* master_memory;       // fp32 master weights (only when floatX is narrower: CUDA bf16)
     int step;                   // AdamW t (number of updates done)
     // activations, sized for at most max_B x max_T tokens
     int max_B, max_T;
@@ -182,6 +229,7 @@ typedef struct {
     float* norm_squared;        // 1 float: global_norm_squared output
     float* losses_host;         // host copy of losses
     int B, T;                   // shape of the last forward
+    GPT2Hooks hooks;            // data parallelism's hooks (all NULL on a single rank)
 } GPT2;
 
 static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
@@ -306,8 +354,12 @@ static inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
 
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
+    GPT2Hooks* h = &model->hooks;
+    if (h->forward_begin) { h->forward_begin(h->ctx, &p); }
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
+        BlockWeights w = block_weights_in(model->params_memory, model->param_info, L, l);
+        if (h->block_forward_begin) { h->block_forward_begin(h->ctx, l, &w); }
         floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
         // this layer's weights and saved activations
         floatX* ln1 = a.ln1 + l * BT * C;
@@ -326,16 +378,17 @@ static inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
         floatX* fcproj = a.fcproj + l * BT * C;
         floatX* residual3 = a.residual3 + l * BT * C;
 
-        layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
+        layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C);
+        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
         attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, T, C, C);
+        matmul_forward(attproj, atty, w.attprojw, w.attprojb, B, T, C, C);
         residual_forward(residual2, residual, attproj, BT * C);
-        layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p.ln2w + l * C, p.ln2b + l * C, B, T, C);
-        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, B, T, C);
+        matmul_forward(fch, ln2, w.fcw, w.fcb, B, T, C, 4 * C);
         gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(fcproj, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        matmul_forward(fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
         residual_forward(residual3, residual2, fcproj, BT * C);
+        if (h->block_forward_end) { h->block_forward_end(h->ctx, l); }
     }
     floatX* last = a.residual3 + (L - 1) * BT * C;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
@@ -384,6 +437,8 @@ static inline void gpt2_backward(GPT2* model) {
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
     GradientBuffers d = model->bufs;
+    GPT2Hooks* h = &model->hooks;
+    if (h->backward_begin) { h->backward_begin(h->ctx, &p, &g); }
 
     // LM head and final layernorm
     matmul_backward(d.dln, g.wte, NULL, model->logits, a.lnf, p.wte, B, T, C, Vp);
@@ -401,25 +456,26 @@ static inline void gpt2_backward(GPT2* model) {
         floatX* ln2 = a.ln2 + l * BT * C;
         floatX* fch = a.fch + l * BT * 4 * C;
         floatX* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        BlockWeights w = block_weights_in(model->params_memory, model->param_info, L, l);
+        BlockWeights gw = block_weights_in(model->grads_memory, model->param_info, L, l);
+        if (h->block_backward_begin) { h->block_backward_begin(h->ctx, l, &w, &gw); }
 
         // MLP half: dresidual holds d(residual3) = d(fcproj) = d(residual2) so far
-        matmul_backward(d.dfch, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, d.dresidual,
-                        fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, B, T, 4 * C, C);
+        matmul_backward(d.dfch, gw.fcprojw, gw.fcprojb, d.dresidual, fch_gelu, w.fcprojw, B, T, 4 * C, C);
         gelu_backward(d.dfch, fch, d.dfch, BT * 4 * C);
-        matmul_backward(d.dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, d.dfch,
-                        ln2, p.fcw + (size_t)l * 4 * C * C, B, T, C, 4 * C);
-        layernorm_backward(d.dresidual, g.ln2w + l * C, g.ln2b + l * C, d.dln, residual2, p.ln2w + l * C,
+        matmul_backward(d.dln, gw.fcw, gw.fcb, d.dfch, ln2, w.fcw, B, T, C, 4 * C);
+        layernorm_backward(d.dresidual, gw.ln2w, gw.ln2b, d.dln, residual2, w.ln2w,
                            a.ln2_mean + l * BT, a.ln2_rstd + l * BT, B, T, C);
         // attention half: dresidual now holds d(residual2) = d(attproj) = d(residual)
-        matmul_backward(d.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, d.dresidual,
-                        atty, p.attprojw + (size_t)l * C * C, B, T, C, C);
+        matmul_backward(d.datty, gw.attprojw, gw.attprojb, d.dresidual, atty, w.attprojw, B, T, C, C);
         attention_backward(d.dqkv, d.datty, qkv, att, B, T, C, NH);
-        matmul_backward(d.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, d.dqkv,
-                        ln1, p.qkvw + (size_t)l * 3 * C * C, B, T, C, 3 * C);
-        layernorm_backward(d.dresidual, g.ln1w + l * C, g.ln1b + l * C, d.dln, residual, p.ln1w + l * C,
+        matmul_backward(d.dln, gw.qkvw, gw.qkvb, d.dqkv, ln1, w.qkvw, B, T, C, 3 * C);
+        layernorm_backward(d.dresidual, gw.ln1w, gw.ln1b, d.dln, residual, w.ln1w,
                            a.ln1_mean + l * BT, a.ln1_rstd + l * BT, B, T, C);
+        if (h->block_backward_end) { h->block_backward_end(h->ctx, l); }
     }
     encoder_backward(g.wte, g.wpe, d.dresidual, model->inputs, B, T, C);
+    if (h->backward_end) { h->backward_end(h->ctx); }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -433,21 +489,31 @@ static inline float gpt2_grad_norm(GPT2* model) {
     return sqrtf(norm_sq);
 }
 
+// AdamW state (and the fp32 master copy where the backend has one) for every parameter.
+static inline void gpt2_allocate_optimizer(GPT2* model) {
+    model->opt_offset = 0;
+    model->opt_count = model->num_parameters;
+    size_t bytes = model->num_parameters * sizeof(float);
+    model->m_memory = (float*)device_malloc(bytes);
+    model->v_memory = (float*)device_malloc(bytes);
+    device_memset_zero(model->m_memory, bytes);
+    device_memset_zero(model->v_memory, bytes);
+    if (BACKEND_MASTER_WEIGHTS) {   // the fp32 copy AdamW updates; params get it rounded to bf16
+        model->master_memory = (float*)device_malloc(bytes);
+        convert_floatX_to_float(model->master_memory, model->params_memory, model->num_parameters);
+    }
+}
+
 static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_clip) {
-    if (model->m_memory == NULL) {
-        size_t bytes = model->num_parameters * sizeof(float);
-        model->m_memory = (float*)device_malloc(bytes);
-        model->v_memory = (float*)device_malloc(bytes);
-        device_memset_zero(model->m_memory, bytes);
-        device_memset_zero(model->v_memory, bytes);
-    }
+    if (model->m_memory == NULL) { gpt2_allocate_optimizer(model); }
     float norm = gpt2_grad_norm(model);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     model->step += 1;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model->param_info[i];
-        adamw_update(model->params_memory + p->offset, NULL, model->grads_memory + p->offset,
+        adamw_update(model->params_memory + p->offset, model->master_memory ? model->master_memory + p->offset : NULL,
+                     model->grads_memory + p->offset,
                      model->m_memory + p->offset, model->v_memory + p->offset, p->numel, lr, beta1, beta2,
                      eps, p->decay ? weight_decay : 0.0f, model->step, grad_scale,
                      (unsigned int)(model->step * 1000003u + i));
@@ -467,6 +533,7 @@ static inline void gpt2_free(GPT2* model) {
     device_free(model->grads_memory);
     device_free(model->norm_squared);
     if (model->m_memory) { device_free(model->m_memory); device_free(model->v_memory); }
+    if (model->master_memory) { device_free(model->master_memory); }
     if (model->acts_memory) { device_free(model->acts_memory); free(model->losses_host); }
     memset(model, 0, sizeof(*model));
 }

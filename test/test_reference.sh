@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The model against PyTorch: write a small model and two batches (test_gpt2cpu), compute the
 # reference with test/reference/gpt2.py, compare (test_gpt2cpu --check).
+# On a GPU machine: bash test/test_reference.sh ./test_gpt2cu   (the same pipeline with the
+# CUDA build, in its own directory; its --check adds the determinism check)
 set -u
 cd "$(dirname "$0")/.."
+bin=${1:-./test_gpt2cpu}
 dir=build/reference
+if [ "$bin" != "./test_gpt2cpu" ]; then dir=build/reference_$(basename "$bin"); fi
 mkdir -p "$dir"
 
 # a Python that has torch: $PYTHON, python3 on PATH, or Debian's /usr/bin/python3
@@ -17,7 +21,7 @@ if [ -z "$py" ]; then
     exit 1
 fi
 echo "reference python: $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
-./test_gpt2cpu --write-inputs "$dir" || exit 1
+"$bin" --write-inputs "$dir" || exit 1
 "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref.bin" || exit 1
 "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_masked.bin" || exit 1
-./test_gpt2cpu --check "$dir"
+"$bin" --check "$dir"

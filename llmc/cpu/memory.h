@@ -25,3 +25,7 @@ static inline void copy_device_to_device(void* dst, const void* src, size_t byte
 // fp32 host arrays <-> floatX tensors (the CUDA backend converts to/from bf16 here)
 static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static inline void copy_floats_to_host(float* dst, const floatX* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+// device floatX -> device fp32 (the CUDA backend widens bf16 here to seed the fp32 master weights)
+static inline void convert_floatX_to_float(float* dst, const floatX* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+// 1 when the backend keeps an fp32 master copy of the parameters (floatX narrower than fp32)
+#define BACKEND_MASTER_WEIGHTS 0

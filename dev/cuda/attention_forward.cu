@@ -1,0 +1,179 @@
+// Causal multi-head attention forward, the kernel lab. inp (B,T,3C) = q | k | v, NH heads of
+// hs = C/NH channels; for each (b, h) and query t:
+//   s[t2] = q_t . k_t2 / sqrt(hs)  for t2 <= t,   P[t2] = softmax(s)[t2],   out_t = sum_t2 P[t2] v_t2
+// The state saved for the backward differs by version: the materialising versions store P
+// (B*NH*T*T floats, as llmc/cpu does); the flash version stores only lse[t] = logsumexp(s)
+// (B*NH*T floats), from which the backward recomputes P = exp(s - lse).
+// Compute: QK^T and PV over the causal half: 2 * 2*B*NH*(T^2/2)*hs = 2*B*T^2*C FLOPs. The
+// floor printed is FLOPs / peak bf16 tensor rate; versions 1-3 use fp32 CUDA cores, so their
+// percentage is far below 100; version 4 runs the products on tensor cores.
+//
+// Versions:
+//   1  naive, materialising, three kernels: a thread per score (B*NH*T*T threads), a thread
+//      per softmax row, a thread per output element (sums P v over t2). Every q, k, v value is
+//      re-read from global memory by thousands of threads.
+//   2  llmc/cuda materialising version: one warp per query row does scores, softmax and PV
+//      (warp-shuffle reductions, no separate launches, P written once)
+//   3  llmc/cuda flash version on CUDA cores (attention_forward_flash; the fp32 build's and
+//      the fallback's kernel): a block owns 64 queries, one per thread; keys and values stream
+//      through shared memory in tiles; online softmax keeps a running max and sum, rescaling
+//      the partial output when the max grows; no T x T matrix at all.
+//   4  llmc/cuda flash version on tensor cores (what the model calls: attention_forward; in
+//      the fp32 build it falls back to version 3): 4 warps x 16 queries per block, S = Q K^T
+//      and O += P V with mma.sync m16n8k16 (bf16 in, fp32 accumulate), P kept in registers
+//      between the two, online softmax in fp32 (llmc/cuda/attention.cuh, section 3).
+//
+// Tolerances: out (bf16) |err| <= 1e-2 + 1e-2|ref|; P (fp32) |err| <= 1e-5 + 1e-3|ref|;
+// lse (fp32) |err| <= 1e-4 + 1e-4|ref|. fp32 build: out 1e-4 + 1e-4|ref|.
+// Validation at B=4 T=256 (the CPU reference is O(T^2)), benchmark at B=8 T=1024, C=768 NH=12.
+//
+// ./attention_forward [version]
+#include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 2 and 3)
+#include "common.h"
+namespace cpu {
+#include "../../llmc/cpu/attention.h"
+}
+
+// lse of every causal row, from the inputs (double precision), for checking the flash state
+static void host_attention_lse(float* lse, const float* inp, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                std::vector<double> s(t + 1);
+                double m = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    double d = 0.0;
+                    for (int i = 0; i < hs; i++) { d += (double)q[i] * k[i]; }
+                    s[t2] = d * scale;
+                    m = s[t2] > m ? s[t2] : m;
+                }
+                double sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) { sum += exp(s[t2] - m); }
+                lse[((size_t)b * NH + h) * T + t] = (float)(m + log(sum));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// version 1: naive, three kernels
+
+// att[b,h,t,t2] = scaled score (t2 <= t); one thread per (b, h, t, t2)
+__global__ void attention_v1_scores(float* att, const floatX* inp, int B, int T, int C, int NH) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * T) { return; }
+    int t2 = (int)(idx % T), t = (int)((idx / T) % T);
+    int h = (int)((idx / ((size_t)T * T)) % NH), b = (int)(idx / ((size_t)T * T * NH));
+    if (t2 > t) { return; }   // the softmax kernel writes the zeros
+    int hs = C / NH;
+    const floatX* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+    const floatX* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+    float s = 0.0f;
+    for (int i = 0; i < hs; i++) { s += dev_to_float(q[i]) * dev_to_float(k[i]); }
+    att[idx] = s * rsqrtf((float)hs);
+}
+
+// softmax over t2 <= t of one row; one thread per (b, h, t)
+__global__ void attention_v1_softmax(float* att, int B, int T, int NH) {
+    size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * NH * T) { return; }
+    int t = (int)(row % T);
+    float* p = att + row * T;
+    float m = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) { m = fmaxf(m, p[t2]); }
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - m); sum += p[t2]; }
+    float inv = 1.0f / sum;
+    for (int t2 = 0; t2 < T; t2++) { p[t2] = t2 <= t ? p[t2] * inv : 0.0f; }
+}
+
+// out[b,t,c] = sum_t2 P[b,h,t,t2] v[b,t2,c], h = c / hs; one thread per (b, t, c)
+__global__ void attention_v1_pv(floatX* out, const float* att, const floatX* inp, int B, int T, int C, int NH) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) { return; }
+    int c = (int)(idx % C), t = (int)((idx / C) % T), b = (int)(idx / ((size_t)C * T));
+    int h = c / (C / NH);
+    const float* p = att + (((size_t)b * NH + h) * T + t) * T;
+    float o = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) { o += p[t2] * dev_to_float(inp[((size_t)b * T + t2) * 3 * C + 2 * C + c]); }
+    out[idx] = dev_from_float(o);
+}
+
+static void run_version(int version, floatX* out, float* state, const floatX* inp, int B, int T, int C, int NH) {
+    switch (version) {
+        case 1: {
+            size_t nscores = (size_t)B * NH * T * T, rows = (size_t)B * NH * T, nout = (size_t)B * T * C;
+            attention_v1_scores<<<(unsigned)ceil_div(nscores, 256), 256>>>(state, inp, B, T, C, NH);
+            LAB_LAUNCH_CHECK();
+            attention_v1_softmax<<<(unsigned)ceil_div(rows, 256), 256>>>(state, B, T, NH);
+            LAB_LAUNCH_CHECK();
+            attention_v1_pv<<<(unsigned)ceil_div(nout, 256), 256>>>(out, state, inp, B, T, C, NH);
+            LAB_LAUNCH_CHECK();
+            break;
+        }
+        case 2:
+            attention_forward_materialized(out, state, inp, B, T, C, NH);
+            break;
+        case 3:
+            attention_forward_flash(out, state, inp, B, T, C, NH);   // CUDA-core flash: state = lse
+            break;
+        case 4:
+            attention_forward(out, state, inp, B, T, C, NH);   // the model's call (tensor cores): state = lse
+            break;
+    }
+}
+
+int main(int argc, char** argv) {
+    const int NVERSIONS = 4;
+    int selected = lab_parse_version(argc, argv, NVERSIONS);
+    DeviceInfo dev = lab_device_init();
+    int C = 768, NH = 12;
+    int Bv = 4, Tv = 256;     // validation
+    int Bb = 8, Tb = 1024;    // benchmark
+    printf("attention_forward: C=%d NH=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", C, NH, Bv, Tv, Bb, Tb);
+
+    lab_seed(6);
+    size_t n_inp = (size_t)Bv * Tv * 3 * C, n_out = (size_t)Bv * Tv * C;
+    size_t n_att = (size_t)Bv * NH * Tv * Tv, n_lse = (size_t)Bv * NH * Tv;
+    float* inp = make_random_normal(n_inp, 1.0f);
+    float* ref_out = host_alloc(n_out);
+    float* ref_att = host_alloc(n_att);
+    float* ref_lse = host_alloc(n_lse);
+    cpu::attention_forward(ref_out, ref_att, inp, Bv, Tv, C, NH);
+    host_attention_lse(ref_lse, inp, Bv, Tv, C, NH);
+
+    // buffers sized for the benchmark shape, used at the validation shape first
+    size_t max_inp = (size_t)Bb * Tb * 3 * C, max_out = (size_t)Bb * Tb * C, max_att = (size_t)Bb * NH * Tb * Tb;
+    floatX* d_inp = dev_alloc<floatX>(max_inp);
+    floatX* d_out = dev_alloc<floatX>(max_out);
+    float* d_state = dev_alloc<float>(max_att);
+    upload_floatX(d_inp, inp, n_inp);
+
+    float atol = LAB_BF16 ? 1e-2f : 1e-4f, rtol = LAB_BF16 ? 1e-2f : 1e-4f;
+    float* inp_bench = make_random_normal(max_inp, 1.0f);
+    double flops = 2.0 * Bb * (double)Tb * Tb * C;
+    for (int v = 1; v <= NVERSIONS; v++) {
+        if (!lab_selected(selected, v)) { continue; }
+        printf("version %d\n", v);
+        upload_floatX(d_inp, inp, n_inp);
+        labCheck(cudaMemset(d_out, 0xff, max_out * sizeof(floatX)));
+        labCheck(cudaMemset(d_state, 0xff, max_att * sizeof(float)));
+        run_version(v, d_out, d_state, d_inp, Bv, Tv, C, NH);
+        labCheck(cudaDeviceSynchronize());
+        int ok = validate_result(d_out, ref_out, n_out, "out", atol, rtol);
+        if (v < 3) { ok &= validate_result(d_state, ref_att, n_att, "P", 1e-5f, 1e-3f); }
+        else { ok &= validate_result(d_state, ref_lse, n_lse, "lse", 1e-4f, 1e-4f); }
+        lab_report("attention_forward", v, v < 3 ? "(out, P vs llmc/cpu)" : "(out vs llmc/cpu, lse vs host)", ok);
+        upload_floatX(d_inp, inp_bench, max_inp);
+        float ms = benchmark_ms(v == 1 ? 3 : 10, [&] { run_version(v, d_out, d_state, d_inp, Bb, Tb, C, NH); });
+        print_bench("attention_forward", v, ms, 0.0, flops, dev);
+    }
+    free(inp); free(ref_out); free(ref_att); free(ref_lse); free(inp_bench);
+    cudaFree(d_inp); cudaFree(d_out); cudaFree(d_state);
+    return lab_exit();
+}

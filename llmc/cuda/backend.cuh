@@ -1,0 +1,48 @@
+// The CUDA backend: every kernel header, and the services the driver calls (device choice,
+// checks, cuBLASLt setup, synchronisation, device name, peak FLOP/s for the MFU).
+// Included by llmc/backend.h when LLMC_CPU is not defined.
+#pragma once
+
+#ifdef _OPENMP
+#include <omp.h>   // host-side loops (and backend_num_threads in llmc/backend.h)
+#endif
+#include "common.cuh"
+#include "device.cuh"
+#include "memory.cuh"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+#include "attention.cuh"
+#include "gelu.cuh"
+#include "residual.cuh"
+#include "classifier.cuh"
+#include "global_norm.cuh"
+#include "adamw.cuh"
+#include "../mfu.h"
+
+// Picks GPU local_rank % (number of GPUs), checks it (device.cuh), then sets up cuBLASLt.
+static inline void backend_init(int local_rank) {
+    backend_device_init(local_rank);
+    cublaslt_setup();
+}
+
+static inline void backend_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
+
+static inline void backend_shutdown() {
+    if (!backend_ready) { return; }
+    cudaCheck(cudaDeviceSynchronize());
+    cublaslt_teardown();
+    backend_ready = 0;
+}
+
+static inline const char* backend_device_name() {
+    backend_ensure_init();
+    return backend_props.name;
+}
+
+// Dense peak FLOP/s of this GPU in the build's precision (bf16 tensor cores; fp32 CUDA cores
+// for the fp32 build, whose matmuls do not use TF32); 0 when the GPU is not in llmc/mfu.h.
+static inline double backend_peak_flops() {
+    backend_ensure_init();
+    return device_peak_flops(backend_props.name, FLOATX_IS_BF16);
+}

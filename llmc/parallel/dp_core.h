@@ -1,0 +1,301 @@
+// What every data-parallel mode shares: the memory accounting, the communication thread, the
+// bucket layout of the gradients, and the wrappers around the collectives.
+//
+// Buckets. The backward pass finishes the gradients one block at a time, last block first, and
+// the embeddings (wte, wpe) and the final layernorm last of all: wte is also the LM head, and its
+// gradient is complete only after the encoder's backward. So the parameters fall into L + 1
+// "units" (block l = unit l, the rest = unit L, "root"), ready in the order L-1, ..., 1, 0, root.
+// A bucket is a run of consecutive units in that order, up to --bucket-mb; its gradients live
+// packed in one contiguous buffer (each unit's tensors one after another), so one collective
+// moves the whole bucket. The backward writes straight into the bucket (the pointers come from
+// the hooks of llmc/gpt2.h). Every bucket is padded with zeros to a multiple of the number of
+// ranks N, so each rank owns an equal block of it: Psi_pad = sum of padded bucket sizes.
+//
+// The communication thread plays the role of a CUDA communication stream: the compute thread
+// enqueues a collective as soon as its bucket is ready and goes on with the backward; the
+// thread runs the collectives one after another; dp_wait blocks only when a result is needed.
+// Time spent blocked in dp_wait is the "exposed" communication time.
+// MPI is called from this thread only (plus the compute thread while the queue is idle), which
+// MPI_THREAD_SERIALIZED allows.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+#include "../gpt2.h"
+#include "../trace.h"
+#include "../comm/native.h"
+#include "../comm/ring.h"
+#include "mesh.h"
+
+typedef enum { DP_NAIVE, DP_DDP, DP_PS, DP_ZERO1, DP_ZERO2, DP_ZERO3 } DPMode;
+static const char* DP_MODE_NAMES[] = {"naive all-reduce", "bucketed DDP", "parameter server", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+
+// memory categories of the table printed at start
+enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_NCAT };
+static const char* MEM_NAMES[MEM_NCAT] = {"parameters", "gradients", "master weights", "optimizer m, v",
+                                          "activations", "comm buffers"};
+
+#define COMM_FLOATX (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
+
+typedef struct {
+    int tensor;      // index into the parameter table
+    size_t flat;     // element offset in the table-ordered flat buffer
+    size_t count;
+    size_t packed;   // element offset inside its bucket
+} Slice;
+
+typedef struct {
+    std::vector<Slice> slices;
+    std::vector<int> units;       // in ready order
+    size_t count;                 // real elements
+    size_t padded;                // count rounded up to a multiple of N
+    size_t shard;                 // padded / N: the block this rank owns starts at rank * shard
+    floatX* grad;                 // packed gradients of the whole bucket (NULL while not alive)
+    floatX* grad_shard;           // ZeRO-2/3: this rank's block of the averaged gradients
+    floatX* param_full;           // packed parameters of the whole bucket (all-gather target)
+    floatX* param_shard;          // ZeRO-3: this rank's block of the parameters
+    float *m, *v, *master;        // optimizer state of the owned range (host memory with --offload)
+    int pending;                  // units whose backward has not finished yet
+    long reduce_ticket, gather_ticket;
+} Bucket;
+
+typedef struct {
+    // configuration
+    DPMode mode;
+    int offload;                  // ZeRO-1/2 with the optimizer state and update on the host
+    int use_ring;                 // 1: our ring collectives (counted), 0: the native MPI ones
+    int ps_servers;
+    size_t bucket_bytes;
+    Comm* comm;                   // the data-parallel group
+    int N, rank;
+    GPT2* model;
+    // layout
+    std::vector<Bucket> buckets;
+    std::vector<int> unit_bucket;          // unit -> bucket
+    std::vector<size_t> unit_offset;       // unit -> element offset inside its bucket
+    std::vector<std::vector<Slice>> unit_slices;   // unit -> its slices (packed = offset in bucket)
+    size_t psi, psi_pad;
+    // parameter server / naive: the flat buffers of the model; the owned block (PS servers)
+    size_t own_flat_offset, own_flat_count;
+    float *flat_m, *flat_v, *flat_master;
+    // state of the current optimizer step
+    int sync;                     // 1: this micro-step communicates (the last one, or always for ZeRO-2/3)
+    int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving
+    // the communication thread
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> tasks;
+    std::deque<std::string> task_names;
+    long enqueued, completed;
+    int stop;
+    double block_start;           // trace: when the current block's backward began
+    // measurements
+    double comm_seconds, exposed_seconds;   // per step, reset by dp_zero_grad
+    uint64_t step_bytes_start;
+    size_t mem_live[MEM_NCAT], mem_peak[MEM_NCAT], host_live;
+    std::mutex pool_mu;
+    std::vector<std::pair<size_t, void*>> pool;   // released transient buffers, reused by size
+} DataParallel;
+
+// ---------------------------------------------------------------------------------------
+// memory: every allocation of the DP layer is counted in a category
+
+static inline void* dp_alloc(DataParallel* dp, int cat, size_t bytes) {
+    void* p = device_malloc(bytes);
+    dp->mem_live[cat] += bytes;
+    if (dp->mem_live[cat] > dp->mem_peak[cat]) { dp->mem_peak[cat] = dp->mem_live[cat]; }
+    return p;
+}
+static inline void dp_free(DataParallel* dp, int cat, void* p, size_t bytes) {
+    if (!p) { return; }
+    device_free(p);
+    dp->mem_live[cat] -= bytes;
+}
+// Transient buffers (ZeRO-2's in-flight gradient buckets, ZeRO-3's gathered blocks, the
+// all-gather buffers): released buffers are kept and reused, as a caching allocator does;
+// mem_live counts only the ones in use, mem_peak the most at any time.
+static inline floatX* dp_take(DataParallel* dp, int cat, size_t n, int zero) {
+    size_t bytes = n * sizeof(floatX);
+    void* p = NULL;
+    {
+        std::lock_guard<std::mutex> guard(dp->pool_mu);
+        for (size_t i = 0; i < dp->pool.size(); i++) {
+            if (dp->pool[i].first == bytes) { p = dp->pool[i].second; dp->pool.erase(dp->pool.begin() + i); break; }
+        }
+        dp->mem_live[cat] += bytes;
+        if (dp->mem_live[cat] > dp->mem_peak[cat]) { dp->mem_peak[cat] = dp->mem_live[cat]; }
+    }
+    if (!p) { p = device_malloc(bytes); }
+    if (zero) { device_memset_zero(p, bytes); }
+    return (floatX*)p;
+}
+static inline void dp_give(DataParallel* dp, int cat, floatX* p, size_t n) {
+    std::lock_guard<std::mutex> guard(dp->pool_mu);
+    dp->pool.push_back({n * sizeof(floatX), (void*)p});
+    dp->mem_live[cat] -= n * sizeof(floatX);
+}
+
+// ---------------------------------------------------------------------------------------
+// the communication thread
+
+static inline void dp_thread_main(DataParallel* dp) {
+    for (;;) {
+        std::function<void()> task;
+        std::string name;
+        {
+            std::unique_lock<std::mutex> lock(dp->mu);
+            dp->cv.wait(lock, [dp] { return dp->stop || !dp->tasks.empty(); });
+            if (dp->tasks.empty()) { return; }
+            task = dp->tasks.front();
+            name = dp->task_names.front();
+        }
+        double t0 = trace_now();
+        task();
+        double dt = trace_now() - t0;
+        trace_event(name.c_str(), 1, t0);
+        {
+            std::lock_guard<std::mutex> lock(dp->mu);
+            dp->tasks.pop_front();
+            dp->task_names.pop_front();
+            dp->comm_seconds += dt;
+            dp->completed++;
+        }
+        dp->cv.notify_all();
+    }
+}
+
+// Enqueue a collective; returns its ticket. On CUDA the gradients it reads must be computed
+// first: synchronise the compute stream before handing them over.
+static inline long dp_enqueue(DataParallel* dp, const char* name, std::function<void()> task) {
+    backend_synchronize();
+    std::lock_guard<std::mutex> lock(dp->mu);
+    dp->tasks.push_back(task);
+    dp->task_names.push_back(name);
+    long ticket = ++dp->enqueued;
+    dp->cv.notify_all();
+    return ticket;
+}
+
+static inline void dp_wait(DataParallel* dp, long ticket) {
+    double t0 = trace_now();
+    std::unique_lock<std::mutex> lock(dp->mu);
+    if (dp->completed >= ticket) { return; }
+    dp->cv.wait(lock, [dp, ticket] { return dp->completed >= ticket; });
+    lock.unlock();
+    double dt = trace_now() - t0;
+    dp->exposed_seconds += dt;
+    trace_event("wait for communication", 0, t0);
+}
+static inline void dp_wait_all(DataParallel* dp) { dp_wait(dp, dp->enqueued); }
+// run a collective now (enqueue + wait): all MPI calls go through the thread
+static inline void dp_run(DataParallel* dp, const char* name, std::function<void()> task) {
+    dp_wait(dp, dp_enqueue(dp, name, task));
+}
+
+// ---------------------------------------------------------------------------------------
+// collectives on floatX buffers of the DP group: our ring (counted byte for byte by the
+// transport) or the native MPI call (not counted: MPI picks its own algorithm)
+
+static inline void dp_allreduce_avg(DataParallel* dp, floatX* buf, size_t n) {
+    if (dp->use_ring) { allreduce_ring(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
+    else { allreduce_native(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
+}
+// in place: rank r's averaged block lands at buf + r * n / N (n a multiple of N)
+static inline void dp_reduce_scatter_avg(DataParallel* dp, floatX* buf, size_t n) {
+    floatX* mine = buf + (size_t)dp->rank * (n / dp->N);
+    if (dp->use_ring) { reduce_scatter_ring(dp->comm, buf, mine, n, COMM_FLOATX, COMM_AVG); }
+    else { reduce_scatter_native(dp->comm, buf, mine, n, COMM_FLOATX, COMM_AVG); }
+}
+// in place: rank r's block at buf + r * n / N goes to everyone
+static inline void dp_allgather(DataParallel* dp, floatX* buf, size_t n) {
+    floatX* mine = buf + (size_t)dp->rank * (n / dp->N);
+    if (dp->use_ring) { allgather_ring(dp->comm, mine, buf, n, COMM_FLOATX); }
+    else { allgather_native(dp->comm, mine, buf, n, COMM_FLOATX); }
+}
+
+// ---------------------------------------------------------------------------------------
+// the layout: units and buckets
+
+static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
+    const GPT2Config* c = &dp->model->config;
+    const ParamInfo* info = dp->model->param_info;
+    int L = c->num_layers;
+    dp->unit_slices.assign(L + 1, std::vector<Slice>());
+    for (int l = 0; l < L; l++) {
+        size_t off = 0;
+        for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+            const ParamInfo* p = &info[FIRST_BLOCK_TENSOR + k];
+            size_t n = p->numel / L;
+            dp->unit_slices[l].push_back({FIRST_BLOCK_TENSOR + k, p->offset + (size_t)l * n, n, off});
+            off += n;
+        }
+    }
+    size_t off = 0;
+    for (int i : {0, 1, 14, 15}) {   // wte, wpe, lnfw, lnfb
+        dp->unit_slices[L].push_back({i, info[i].offset, info[i].numel, off});
+        off += info[i].numel;
+    }
+    // ready order: L-1 .. 0, then the root
+    std::vector<int> order;
+    for (int l = L - 1; l >= 0; l--) { order.push_back(l); }
+    order.push_back(L);
+    dp->unit_bucket.assign(L + 1, -1);
+    dp->unit_offset.assign(L + 1, 0);
+    dp->buckets.clear();
+    for (int u : order) {
+        size_t n = 0;
+        for (const Slice& s : dp->unit_slices[u]) { n += s.count; }
+        bool fits = !dp->buckets.empty() && !one_unit_per_bucket &&
+                    (dp->buckets.back().count + n) * sizeof(floatX) <= dp->bucket_bytes;
+        if (!fits) { dp->buckets.push_back(Bucket{}); }
+        Bucket* b = &dp->buckets.back();
+        dp->unit_bucket[u] = (int)dp->buckets.size() - 1;
+        dp->unit_offset[u] = b->count;
+        for (Slice s : dp->unit_slices[u]) {
+            s.packed += b->count;
+            b->slices.push_back(s);
+        }
+        b->units.push_back(u);
+        b->count += n;
+    }
+    dp->psi_pad = 0;
+    for (Bucket& b : dp->buckets) {
+        b.padded = ceil_div(b.count, dp->N) * dp->N;
+        b.shard = b.padded / dp->N;
+        dp->psi_pad += b.padded;
+    }
+}
+
+// pointers of a unit's tensors inside a packed bucket buffer
+static inline void dp_block_pointers(DataParallel* dp, int l, floatX* bucket_base, BlockWeights* w) {
+    size_t base = dp->unit_offset[l];
+    const std::vector<Slice>& sl = dp->unit_slices[l];
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { *block_tensor(w, k) = bucket_base + base + sl[k].packed; }
+}
+static inline void dp_root_pointers(DataParallel* dp, floatX* bucket_base, ParameterTensors* p) {
+    int L = dp->model->config.num_layers;
+    size_t base = dp->unit_offset[L];
+    const std::vector<Slice>& sl = dp->unit_slices[L];
+    p->wte = bucket_base + base + sl[0].packed;
+    p->wpe = bucket_base + base + sl[1].packed;
+    p->lnfw = bucket_base + base + sl[2].packed;
+    p->lnfb = bucket_base + base + sl[3].packed;
+}
+
+// copy between the table-ordered flat buffer and a packed bucket, over the bucket range
+// [lo, hi) (to_packed = 1: flat -> packed)
+static inline void dp_copy_range(const Bucket* b, floatX* flat, floatX* packed, size_t lo, size_t hi, int to_packed) {
+    for (const Slice& s : b->slices) {
+        size_t a = std::max(lo, s.packed), e = std::min(hi, s.packed + s.count);
+        if (a >= e) { continue; }
+        floatX* f = flat + s.flat + (a - s.packed);
+        floatX* p = packed + a;
+        if (to_packed) { copy_device_to_device(p, f, (e - a) * sizeof(floatX)); }
+        else { copy_device_to_device(f, p, (e - a) * sizeof(floatX)); }
+    }
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Data parallelism (llmc/parallel/) against the single-rank run, on CPU ranks in fp32:
+#   - equivalence: for np in 2 3 4, every mode (naive, bucketed DDP with 1, 2 and 4 buckets,
+#     parameter server with 1 and 2 servers, ZeRO-1, ZeRO-2, ZeRO-3, ZeRO-Offload) and 1 and 2
+#     micro-steps: 20 steps whose losses, gradient norms and final parameters match the
+#     single-rank run within 1e-5 relative (test/compare_runs.py says how);
+#   - in every such run: the memory table's measured bytes equal the formula on every rank,
+#     and every step's counted communication equals the formula;
+#   - the trace: valid JSON with a compute and a communication track per rank;
+#   - bad input: a clear message on every rank, non-zero exit, no hang.
+set -u
+cd "$(dirname "$0")/.."
+T=build/dp-test
+rm -rf "$T"
+mkdir -p "$T"
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; }
+
+if ! command -v mpirun >/dev/null || ! strings ./train_gpt2cpu | grep -q MPI_Init_thread; then
+    echo "FAIL data parallelism needs mpirun and the MPI build (apt-get install libopenmpi-dev openmpi-bin; make)"
+    exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+
+python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 4000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
+D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+# 3 layers of C 64: blocks of 0.19 MiB and a root (wte, wpe, lnf) of 0.11 MiB, so --bucket-mb
+# 10 gives 1 bucket, 0.4 gives 2 and 0.1 gives 4. Batch 24 splits over 2, 3, 4 ranks x 2 micro-steps.
+MODEL="--layers 3 --heads 2 --channels 64 --batch 24 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
+QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+TRAIN="./train_gpt2cpu $D $MODEL $QUIET"
+
+# the single-rank references (no mpirun, no data-parallel code involved)
+for micro in 1 2; do
+    $TRAIN --grad-accum $micro --log "$T/ref$micro.log" --save "$T/ref$micro.bin" >"$T/ref$micro.out" 2>&1 ||
+        { echo "FAIL single-rank reference run (micro $micro): $(tail -2 "$T/ref$micro.out")"; exit 1; }
+done
+
+MODES=("naive|--dp-mode naive"
+       "ddp, 1 bucket|--bucket-mb 10"
+       "ddp, 2 buckets|--bucket-mb 0.4"
+       "ddp, 4 buckets|--bucket-mb 0.1"
+       "parameter server, 1 server|--dp-mode ps --ps-servers 1"
+       "parameter server, 2 servers|--dp-mode ps --ps-servers 2"
+       "ZeRO-1, 2 buckets|--zero 1 --bucket-mb 0.4"
+       "ZeRO-2, 4 buckets|--zero 2 --bucket-mb 0.1"
+       "ZeRO-2, 1 bucket|--zero 2 --bucket-mb 10"
+       "ZeRO-3|--zero 3"
+       "ZeRO-2 + offload|--zero 2 --offload --bucket-mb 0.4")
+for np in 2 3 4; do
+    for micro in 1 2; do
+        for entry in "${MODES[@]}"; do
+            name=${entry%%|*}
+            flags=${entry#*|}
+            tag="np $np, $name, $micro micro-step(s)"
+            out="$T/run.out"
+            rm -f "$T/run.log" "$T/run.bin"
+            # shellcheck disable=SC2086
+            if ! $MPIRUN -np "$np" $TRAIN --grad-accum $micro $flags --log "$T/run.log" --save "$T/run.bin" >"$out" 2>&1; then
+                fail "$tag: the run failed" "$(grep -v '^\s*$' "$out" | tail -3)"
+                continue
+            fi
+            python3 test/compare_runs.py "$T/ref$micro.log" "$T/ref$micro.bin" "$T/run.log" "$T/run.bin" --label "$tag matches 1 rank"
+            if ! grep -q "memory check ok" "$out"; then
+                fail "$tag: memory table" "$(grep -A8 'memory per rank' "$out")"
+            fi
+            steps=$(grep -c "comm | sent .* equal)" "$out")
+            if [ "$steps" -ne 20 ]; then
+                fail "$tag: counted communication = formula in $steps of 20 steps" "$(grep -m2 'comm |' "$out")"
+            fi
+        done
+    done
+    # one line per np that summarises the memory/communication checks that passed silently
+    pass "np $np: every mode's memory table (measured = formula on every rank) and per-step bytes (counted = formula) checked"
+done
+
+# --- what the memory table says for ZeRO-3 on 4 ranks: the lecture's (2a + K) Psi / N per rank
+$MPIRUN -np 4 $TRAIN --zero 3 --steps 1 >"$T/z3.out" 2>&1
+psi_pad=$(sed -n 's/.*(\([0-9]*\) padded).*/\1/p' "$T/z3.out" | head -1)
+got=$(awk '/^  parameters/ {p=$2} /^  gradients/ {g=$2} /^  optimizer/ {o=$4} END {printf "%.6f", p + g + o}' "$T/z3.out")
+want=$(python3 -c "print('%.6f' % ((4 + 4 + 8) * $psi_pad / 4 / 1048576))")
+if [ -n "$psi_pad" ] && python3 -c "import sys; sys.exit(abs($got - $want) > 0.002)"; then
+    pass "ZeRO-3 on 4 ranks: parameters + gradients + optimizer = (4 + 4 + 8) Psi_pad / 4 = $want MiB per rank"
+else
+    fail "ZeRO-3 memory per rank" "got $got MiB, want $want MiB" "$(grep -A7 'memory per rank' "$T/z3.out")"
+fi
+
+# --- the trace: both tracks on every rank, and bucket all-reduces that overlap the backward
+$MPIRUN -np 2 $TRAIN --bucket-mb 0.1 --steps 3 --trace "$T/trace.json" >"$T/trace.out" 2>&1
+python3 - "$T/trace.json" <<'EOF'
+import json, sys
+try:
+    ev = json.load(open(sys.argv[1]))["traceEvents"]
+except Exception as e:
+    print(f"FAIL trace: not valid JSON ({e})"); sys.exit(0)
+x = [e for e in ev if e["ph"] == "X"]
+tracks = {(e["pid"], e["tid"]) for e in x}
+# an all-reduce that starts before the backward of its rank ends: communication hidden behind compute
+back = [(e["pid"], e["ts"], e["ts"] + e["dur"]) for e in x if e["name"] == "backward"]
+comm = [(e["pid"], e["ts"]) for e in x if e["name"].startswith("all-reduce bucket")]
+overlap = sum(1 for p, t in comm if any(p == q and s <= t < f for q, s, f in back))
+ok = tracks >= {(0, 0), (0, 1), (1, 0), (1, 1)} and overlap > 0
+print(f"{'PASS' if ok else 'FAIL'} trace: {len(x)} events on tracks {sorted(tracks)}; {overlap} of {len(comm)} "
+      f"bucket all-reduces start while the backward is still running")
+EOF
+
+# --- bad input: every rank reports, all exit non-zero, no hang
+expect_all() {   # NAME PATTERN NP FLAGS...
+    local name=$1 pattern=$2 np=$3; shift 3
+    $MPIRUN -np "$np" "$@" >"$T/bad.out" 2>&1
+    local rc=$? n
+    n=$(grep -c -- "$pattern" "$T/bad.out")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ]; then
+        pass "$name: exit $rc, '$(grep -m1 -- "$pattern" "$T/bad.out" | sed 's/^error: //')'"
+    else
+        fail "$name" "exit $rc, $n messages" "$(tail -3 "$T/bad.out")"
+    fi
+}
+expect_all "global batch that does not divide among 4 ranks" "does not split into" 4 $TRAIN --batch 6
+expect_all "ZeRO stage out of range" "--zero must be 0, 1, 2 or 3" 2 $TRAIN --zero 4
+expect_all "--offload without ZeRO-1/2" "--offload needs --zero 1 or --zero 2" 2 $TRAIN --offload
+expect_all "a mesh that does not match the ranks" "but mpirun started" 2 $TRAIN --dp 3
+expect_all "more servers than ranks" "at most the 2 data-parallel ranks" 2 $TRAIN --dp-mode ps --ps-servers 3
+expect_all "ZeRO with the parameter server" "does not combine" 2 $TRAIN --dp-mode ps --zero 1
+expect_all "unknown --dp-mode" "--dp-mode must be" 2 $TRAIN --dp-mode fsdp
+exit 0
