@@ -195,8 +195,19 @@ int main(int argc, char** argv) {
     rank = world_comm.rank;
     world = world_comm.size;
     int use_dp = world > 1 || args.dp > 1 || args.zero > 0 || strcmp(args.dp_mode, "ddp") != 0 || args.offload;
+    // one GPU per rank of a node (CUDA build): the node-local rank picks it
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int local_rank = 0;
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
+    backend_init(local_rank);
     Mesh mesh;
     if (use_dp) { mesh = mesh_init(&world_comm, args.dp ? args.dp : world, 1, 1, 1); }
+#ifdef LLMC_CUDA_COMM
+    // the data-parallel collectives move device buffers: NCCL, or host-staged MPI when ranks share a GPU
+    if (use_dp) { comm_enable_device(&mesh.dim[MESH_DP], 0); }
+#endif
     if (rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
         if (!freopen("/dev/null", "w", stdout)) { die("cannot silence stdout on rank %d", rank); }
     }
@@ -205,12 +216,12 @@ int main(int argc, char** argv) {
         die("data parallelism (--dp, --dp-mode, --zero, --offload) needs the MPI build: apt-get install libopenmpi-dev, then make");
     }
     int use_dp = 0;
+    backend_init(0);
 #endif
     int ndp = use_dp ? world : 1;
 #ifdef _OPENMP
     if (args.threads > 0) { omp_set_num_threads(args.threads); }
 #endif
-    backend_init(rank);
 
     // ---- model
     GPT2 model;

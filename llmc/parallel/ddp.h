@@ -52,9 +52,20 @@ static inline void bucket_unit_done(DataParallel* dp, int unit) {
 
 // ZeRO-2 keeps no gradient bucket between steps: one is taken (zeroed) when its first unit
 // starts its backward. DDP and ZeRO-1 keep all buckets for the whole run.
+// At most DP_MAX_IN_FLIGHT such buckets wait for their reduce-scatter: if communication falls
+// behind, the backward waits instead of allocating more (else ZeRO-2 would, at worst, hold as
+// much gradient memory as DDP).
+#define DP_MAX_IN_FLIGHT 2
+static inline floatX* dp_take_grad_bucket(DataParallel* dp, Bucket* bk) {
+    while ((int)dp->in_flight.size() >= DP_MAX_IN_FLIGHT) {
+        dp_wait(dp, dp->in_flight.front());
+        dp->in_flight.pop_front();
+    }
+    return dp_take(dp, MEM_GRADS, bk->padded, 1);
+}
 static inline floatX* bucket_grad_buffer(DataParallel* dp, int unit) {
     Bucket* bk = &dp->buckets[dp->unit_bucket[unit]];
-    if (bk->grad == NULL) { bk->grad = dp_take(dp, MEM_GRADS, bk->padded, 1); }
+    if (bk->grad == NULL) { bk->grad = dp_take_grad_bucket(dp, bk); }
     return bk->grad;
 }
 

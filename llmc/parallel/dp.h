@@ -218,6 +218,7 @@ static inline float dp_update(DataParallel* dp, float lr, float beta1, float bet
         dp_run(dp, "push gradients", [dp, m, S] { ps_push_gradients(dp->comm, m->grads_memory, m->num_parameters, S); });
     }
     dp_wait_all(dp);   // every bucket's collective has finished
+    dp->in_flight.clear();
     double t0 = trace_now();
     float norm = dp_grad_norm(dp);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;

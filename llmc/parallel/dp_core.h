@@ -94,6 +94,7 @@ typedef struct {
     long enqueued, completed;
     int stop;
     double block_start;           // trace: when the current block's backward began
+    std::deque<long> in_flight;   // ZeRO-2/3: tickets of the gradient buckets being reduced
     // measurements
     double comm_seconds, exposed_seconds;   // per step, reset by dp_zero_grad
     uint64_t step_bytes_start;

@@ -51,6 +51,7 @@ static inline void zero_reduce_scatter_bucket(DataParallel* dp, int b) {
         residual_forward(bk->grad_shard, bk->grad_shard, mine, bk->shard);   // accumulate micro-steps
         dp_give(dp, MEM_GRADS, buf, bk->padded);
     });
+    dp->in_flight.push_back(bk->reduce_ticket);
 }
 
 // --- ZeRO-3: parameters gathered just in time
@@ -99,7 +100,7 @@ static inline void zero3_backward_begin(void* ctx, ParameterTensors* root, Param
     int L = dp->model->config.num_layers;
     Bucket* rb = &dp->buckets[dp->unit_bucket[L]];
     dp_root_pointers(dp, zero3_ensure(dp, dp->unit_bucket[L]), root);
-    rb->grad = dp_take(dp, MEM_GRADS, rb->padded, 1);
+    rb->grad = dp_take_grad_bucket(dp, rb);
     dp_root_pointers(dp, rb->grad, root_grads);
     zero3_gather(dp, dp->unit_bucket[L - 1]);   // prefetch the last block
 }
@@ -108,7 +109,7 @@ static inline void zero3_block_backward_begin(void* ctx, int l, BlockWeights* w,
     int b = dp->unit_bucket[l];
     dp_block_pointers(dp, l, zero3_ensure(dp, b), w);
     if (l > 0) { zero3_gather(dp, dp->unit_bucket[l - 1]); }   // prefetch
-    dp->buckets[b].grad = dp_take(dp, MEM_GRADS, dp->buckets[b].padded, 1);
+    dp->buckets[b].grad = dp_take_grad_bucket(dp, &dp->buckets[b]);
     dp_block_pointers(dp, l, dp->buckets[b].grad, grads);
 }
 static inline void zero3_block_backward_end(void* ctx, int l) {
