@@ -87,7 +87,8 @@ else
 fi
 
 # --- the trace: both tracks on every rank, and bucket all-reduces that overlap the backward
-$MPIRUN -np 2 $TRAIN --bucket-mb 0.1 --steps 3 --trace "$T/trace.json" >"$T/trace.out" 2>&1
+# (the default 6-layer model: each block's backward is long enough to show the overlap)
+$MPIRUN -np 2 ./train_gpt2cpu $D $QUIET --batch 16 --seq 64 --steps 3 --bucket-mb 0.5 --trace "$T/trace.json" >"$T/trace.out" 2>&1
 python3 - "$T/trace.json" <<'EOF'
 import json, sys
 try:
