@@ -24,22 +24,18 @@
 #include "agree.h"
 #include "transport.h"
 
-static inline void allreduce_parameter_server(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op,
-                                              int nservers) {
-    comm_check_args(c, "allreduce_parameter_server", count, t, op, 0);
-    comm_check_agree(c, "allreduce_parameter_server", "number of servers", nservers);
-    int p = c->size, r = c->rank, S = nservers;
-    if (S < 1 || S > p) { comm_die(c, "allreduce_parameter_server", "%d servers, want 1 to %d (the number of ranks)", S, p); }
-    if (count == 0) { return; }
-    comm_copy(recv, send, count, t);
+// push: every rank's slice s of buf goes to server s, which reduces them into its own slice
+// (and finishes an average). Afterwards a server's slice holds the result; the other slices of
+// buf are unchanged. Data parallelism pushes gradients this way (llmc/parallel/ps.h).
+static inline void ps_push(Comm* c, void* buf, size_t count, CommType t, CommOp op, int S) {
+    int p = c->size, r = c->rank;
     size_t mine = r < S ? comm_block_count(count, S, r) : 0;
-    char* slice = r < S ? comm_at(recv, comm_block_offset(count, S, r), t) : NULL;
+    char* slice = r < S ? comm_at(buf, comm_block_offset(count, S, r), t) : NULL;
     void* inc = comm_scratch(mine, t);
-    // push: rank r's slice s goes to server s, which adds it into its own slice
     for (int k = 1; k < p; k++) {
         int dst = (r + k) % p, src = (r - k + p) % p;
         bool out = dst < S, in = r < S;
-        const char* o = out ? comm_at(recv, comm_block_offset(count, S, dst), t) : NULL;
+        const char* o = out ? comm_at(buf, comm_block_offset(count, S, dst), t) : NULL;
         size_t no = out ? comm_block_count(count, S, dst) : 0;
         if (out && in) {
             comm_sendrecv(c, o, no, dst, inc, mine, src, t);
@@ -51,11 +47,19 @@ static inline void allreduce_parameter_server(Comm* c, const void* send, void* r
         if (in) { comm_reduce_local(slice, inc, mine, t, op); }
     }
     if (r < S) { comm_avg_finish(slice, mine, t, op, p); }
-    // pull: server r sends its reduced slice to every other rank
+    free(inc);
+}
+
+// pull: server r sends its slice of buf to every other rank (data parallelism: the updated
+// parameters)
+static inline void ps_pull(Comm* c, void* buf, size_t count, CommType t, int S) {
+    int p = c->size, r = c->rank;
+    size_t mine = r < S ? comm_block_count(count, S, r) : 0;
+    char* slice = r < S ? comm_at(buf, comm_block_offset(count, S, r), t) : NULL;
     for (int k = 1; k < p; k++) {
         int dst = (r + k) % p, src = (r - k + p) % p;
         bool out = r < S, in = src < S;
-        char* i = in ? comm_at(recv, comm_block_offset(count, S, src), t) : NULL;
+        char* i = in ? comm_at(buf, comm_block_offset(count, S, src), t) : NULL;
         size_t ni = in ? comm_block_count(count, S, src) : 0;
         if (out && in) {
             comm_sendrecv(c, slice, mine, dst, i, ni, src, t);
@@ -65,7 +69,18 @@ static inline void allreduce_parameter_server(Comm* c, const void* send, void* r
             comm_recv(c, i, ni, t, src);
         }
     }
-    free(inc);
+}
+
+static inline void allreduce_parameter_server(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op,
+                                              int nservers) {
+    comm_check_args(c, "allreduce_parameter_server", count, t, op, 0);
+    comm_check_agree(c, "allreduce_parameter_server", "number of servers", nservers);
+    int p = c->size, S = nservers;
+    if (S < 1 || S > p) { comm_die(c, "allreduce_parameter_server", "%d servers, want 1 to %d (the number of ranks)", S, p); }
+    if (count == 0) { return; }
+    comm_copy(recv, send, count, t);
+    ps_push(c, recv, count, t, op, S);
+    ps_pull(c, recv, count, t, S);
 }
 
 // --- what rank r sends and receives (bytes, messages): the server/worker asymmetry

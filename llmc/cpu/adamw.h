@@ -8,21 +8,12 @@
 // stochastic rounding); on the CPU parameters are fp32 already and both are unused.
 #pragma once
 
+#include "adamw_host.h"
+
 static inline void adamw_update(float* params, float* master_params, const float* grads, float* m, float* v,
                          size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                          int t, float grad_scale, unsigned int seed) {
     (void)master_params;
     (void)seed;
-    float bc1 = 1.0f - powf(beta1, (float)t);
-    float bc2 = 1.0f - powf(beta2, (float)t);
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
-    }
+    adamw_host(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }

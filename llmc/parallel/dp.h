@@ -20,18 +20,6 @@
 #include "ps.h"
 #include "offload.h"
 
-// one contiguous run of parameters this rank updates, all inside one tensor
-typedef struct {
-    int tensor;
-    floatX* param;
-    floatX* grad;
-    float *m, *v, *master;
-    size_t n;
-} OptSegment;
-
-static std::vector<OptSegment> g_dp_segments;
-static float* g_offload_scratch = NULL;
-
 static inline int dp_is_bucketed(const DataParallel* dp) { return dp->mode != DP_NAIVE && dp->mode != DP_PS; }
 static inline int dp_is_zero(const DataParallel* dp) { return dp->mode >= DP_ZERO1; }
 static inline int dp_has_master(const DataParallel* dp) { return BACKEND_MASTER_WEIGHTS || dp->offload; }
@@ -55,6 +43,7 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, DPMode mod
     memset(dp->mem_live, 0, sizeof(dp->mem_live));
     memset(dp->mem_peak, 0, sizeof(dp->mem_peak));
     dp->host_live = 0;
+    dp->offload_scratch = NULL;
     dp->own_flat_offset = dp->own_flat_count = 0;
     dp->flat_m = dp->flat_v = dp->flat_master = NULL;
     dp->sync = 1;
@@ -102,7 +91,7 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, DPMode mod
                 const ParamInfo* p = &model->param_info[i];
                 size_t s = std::max(o, p->offset), e = std::min(o + n, p->offset + p->numel);
                 if (s >= e) { continue; }
-                g_dp_segments.push_back({i, model->params_memory + s, model->grads_memory + s, dp->flat_m + (s - o),
+                dp->segments.push_back({i, model->params_memory + s, model->grads_memory + s, dp->flat_m + (s - o),
                                          dp->flat_v + (s - o), dp->flat_master ? dp->flat_master + (s - o) : NULL, e - s});
             }
         }
@@ -145,7 +134,7 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, DPMode mod
                 seg.m = b.m + (x - lo);
                 seg.v = b.v + (x - lo);
                 seg.master = b.master ? b.master + (x - lo) : NULL;
-                g_dp_segments.push_back(seg);
+                dp->segments.push_back(seg);
             }
         }
         // the model's flat gradient buffer is replaced by the buckets; ZeRO-3 also drops the
@@ -166,8 +155,8 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, DPMode mod
     }
     if (dp->offload) {
         size_t most = 0;
-        for (const OptSegment& s : g_dp_segments) { most = std::max(most, s.n); }
-        g_offload_scratch = host_floats(most);
+        for (const OptSegment& s : dp->segments) { most = std::max(most, s.n); }
+        dp->offload_scratch = host_floats(most);
     }
     for (int c = 0; c < MEM_NCAT; c++) { dp->mem_peak[c] = dp->mem_live[c]; }
 }
@@ -193,7 +182,7 @@ static inline void dp_micro_step(DataParallel* dp, int micro, int nmicro) {
 static inline float dp_grad_norm(DataParallel* dp) {
     GPT2* m = dp->model;
     double sq = 0.0;
-    for (const OptSegment& s : g_dp_segments) {
+    for (const OptSegment& s : dp->segments) {
         float part;
         global_norm_squared(m->norm_squared, s.grad, s.n);
         copy_device_to_host(&part, m->norm_squared, sizeof(float));
@@ -215,7 +204,7 @@ static inline float dp_update(DataParallel* dp, float lr, float beta1, float bet
     }
     if (dp->mode == DP_PS) {
         int S = dp->ps_servers;
-        dp_run(dp, "push gradients", [dp, m, S] { ps_push_gradients(dp->comm, m->grads_memory, m->num_parameters, S); });
+        dp_run(dp, "push gradients", [dp, m, S] { ps_push(dp->comm, m->grads_memory, m->num_parameters, COMM_FLOATX, COMM_AVG, S); });
     }
     dp_wait_all(dp);   // every bucket's collective has finished
     dp->in_flight.clear();
@@ -223,10 +212,10 @@ static inline float dp_update(DataParallel* dp, float lr, float beta1, float bet
     float norm = dp_grad_norm(dp);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     m->step += 1;
-    for (const OptSegment& s : g_dp_segments) {
+    for (const OptSegment& s : dp->segments) {
         float wd = m->param_info[s.tensor].decay ? weight_decay : 0.0f;
         if (dp->offload) {
-            offload_adamw(s.param, s.master, s.grad, s.m, s.v, s.n, g_offload_scratch, lr, beta1, beta2, eps, wd,
+            offload_adamw(s.param, s.master, s.grad, s.m, s.v, s.n, dp->offload_scratch, lr, beta1, beta2, eps, wd,
                           m->step, grad_scale);
         } else {
             adamw_update(s.param, s.master, s.grad, s.m, s.v, s.n, lr, beta1, beta2, eps, wd, m->step, grad_scale,
@@ -236,7 +225,7 @@ static inline float dp_update(DataParallel* dp, float lr, float beta1, float bet
     trace_event("AdamW update", 0, t0);
     if (dp->mode == DP_PS) {
         int S = dp->ps_servers;
-        dp_run(dp, "pull parameters", [dp, m, S] { ps_pull_parameters(dp->comm, m->params_memory, m->num_parameters, S); });
+        dp_run(dp, "pull parameters", [dp, m, S] { ps_pull(dp->comm, m->params_memory, m->num_parameters, COMM_FLOATX, S); });
     } else if (dp->mode == DP_ZERO1 || dp->mode == DP_ZERO2) {
         zero_allgather_parameters(dp);
     }
@@ -252,7 +241,7 @@ static inline uint64_t dp_formula_bytes(const DataParallel* dp, int micro) {
     size_t a = sizeof(floatX);
     if (N == 1) { return 0; }
     if (dp->mode == DP_NAIVE) { return allreduce_ring_volume(dp->psi, COMM_FLOATX, N, dp->rank).bytes; }
-    if (dp->mode == DP_PS) { return ps_bytes_sent(dp->psi, N, dp->rank, dp->ps_servers); }
+    if (dp->mode == DP_PS) { return allreduce_parameter_server_volume(dp->psi, COMM_FLOATX, N, dp->rank, dp->ps_servers).bytes; }
     // a padded bucket of n elements: RS or AG sends (N-1) n/N elements, all-reduce twice that
     uint64_t share = (uint64_t)(N - 1) * (dp->psi_pad / N) * a;
     if (dp->mode == DP_DDP || dp->mode == DP_ZERO1) { return 2 * share; }
@@ -293,8 +282,7 @@ static inline int dp_print_memory(DataParallel* dp) {
     size_t f[MEM_NCAT];
     dp_formula_memory(dp, f);
     int ok = 1;
-    for (int c = 0; c <= MEM_OPTIM; c++) { if (c != MEM_ACTS && dp->mem_live[c] != f[c]) { ok = 0; } }
-    if (dp->mem_live[MEM_ACTS] != f[MEM_ACTS]) { ok = 0; }
+    for (int c = 0; c <= MEM_ACTS; c++) { if (dp->mem_live[c] != f[c]) { ok = 0; } }
     int all_ok = ok;
     MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, dp->comm->mpi);
     char b1[32], b2[32];
@@ -338,4 +326,21 @@ static inline void dp_shutdown(DataParallel* dp) {
     }
     dp->cv.notify_all();
     dp->thread.join();
+    // what dp_init allocated (the model's own buffers are gpt2_free's)
+    auto release = [dp](float* p) { if (dp->offload) { free(p); } else { device_free(p); } };
+    for (Bucket& b : dp->buckets) {
+        device_free(b.grad);
+        device_free(b.grad_shard);
+        device_free(b.param_shard);
+        release(b.m);
+        release(b.v);
+        if (b.master) { release(b.master); }
+    }
+    if (dp->flat_m) { release(dp->flat_m); release(dp->flat_v); }
+    if (dp->flat_master) { release(dp->flat_master); }
+    for (auto& entry : dp->pool) { device_free(entry.second); }
+    free(dp->offload_scratch);
+    dp->buckets.clear();
+    dp->pool.clear();
+    dp->segments.clear();
 }

@@ -63,6 +63,15 @@ typedef struct {
     long reduce_ticket, gather_ticket;
 } Bucket;
 
+// one contiguous run of parameters this rank updates, all inside one tensor
+typedef struct {
+    int tensor;
+    floatX* param;
+    floatX* grad;
+    float *m, *v, *master;
+    size_t n;
+} OptSegment;
+
 typedef struct {
     // configuration
     DPMode mode;
@@ -82,6 +91,9 @@ typedef struct {
     // parameter server / naive: the flat buffers of the model; the owned block (PS servers)
     size_t own_flat_offset, own_flat_count;
     float *flat_m, *flat_v, *flat_master;
+    // what this rank's optimizer updates (and, with --offload, a host buffer for its gradients)
+    std::vector<OptSegment> segments;
+    float* offload_scratch;
     // state of the current optimizer step
     int sync;                     // 1: this micro-step communicates (the last one, or always for ZeRO-2/3)
     int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include "../cpu/adamw_host.h"
 #include "dp_core.h"
 
 static inline float* host_floats(size_t n) {
@@ -23,23 +24,12 @@ static inline float* host_floats(size_t n) {
 }
 
 // One contiguous run of this rank's parameters: gradients come from the device, the update
-// runs on the host copy (master, m, v), the result goes back to the device parameters.
-// The math is llmc/cpu/adamw.h's.
+// runs on the host copy (master, m, v) with the CPU backend's AdamW loop, the result goes back
+// to the device parameters.
 static inline void offload_adamw(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                                  float* scratch, float lr, float beta1, float beta2, float eps, float weight_decay,
                                  int t, float grad_scale) {
     copy_floats_to_host(scratch, grads, n);   // device -> host (PCIe on a GPU)
-    float bc1 = 1.0f - powf(beta1, (float)t);
-    float bc2 = 1.0f - powf(beta2, (float)t);
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float g = scratch[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        master[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * master[i]);
-    }
+    adamw_host(master, scratch, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
     copy_floats_to_device(params, master, n);   // host -> device
 }
