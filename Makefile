@@ -53,7 +53,7 @@ NVCC_FOUND := $(NVCC)
 
 .PHONY: all train test bench-cpu bench-comm nvcc-check data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu $(MPI_TARGETS)
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
@@ -65,6 +65,14 @@ test_gpt2cpu: test/test_gpt2.cu $(HEADERS)
 	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
 
 test_kernelscpu: test/test_kernels.cu $(HEADERS)
+	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+
+# generation with a KV cache (llmc/generate.h) against the full forward
+test_generatecpu: test/test_generate.cu $(HEADERS)
+	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+
+# the SFT data loader (llmc/sft.h), run by test/test_sft.sh
+test_sftcpu: test/test_sft.cu $(HEADERS)
 	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
 
 # the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
@@ -89,16 +97,20 @@ else
 endif
 
 # the default dataset: offline, Python standard library only
-data: data/arithmetic/train_000000.bin
+data: data/arithmetic/train_000000.bin data/arithmetic/sft_train_000000.bin
 data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: apt-get install python3"; exit 1; }
 	$(PYTHON) dev/data/arithmetic.py --out-dir data/arithmetic
+# the SFT splits (sft_{train,val}_000000.{bin,mask}) come from the same run; a data/arithmetic
+# written before they existed gets them here
+data/arithmetic/sft_train_000000.bin: data/arithmetic/train_000000.bin
+	@test -f $@ || $(PYTHON) dev/data/arithmetic.py --out-dir data/arithmetic
 
 # the default job: the tiny model on arithmetic, on the CPU
 train: info train_gpt2cpu data
 	./train_gpt2cpu --save data/arithmetic/model.bin
 
-test: info train_gpt2cpu test_gpt2cpu test_kernelscpu $(MPI_TARGETS) data
+test: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -180,5 +192,5 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu bench_matmul
 	rm -rf build

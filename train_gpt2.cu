@@ -3,6 +3,12 @@
 //   nvcc                   -> train_gpt2cu   (CUDA kernels, bf16 mixed precision)
 // One optimizer step: zero the gradients; for each of grad_accum micro-steps, forward,
 // cross-entropy, backward (gradients add up); then clip and AdamW-update.
+// --task picks where a step's tokens and loss weights come from (doc/training-tasks.md):
+//   pretrain  [X] -> model -> [X_log]: cross-entropy on every next token (llmc/data.h)
+//   sft       [X, Y] -> model -> [X_log, Y_log]: cross-entropy on the answer tokens Y only
+//             (packed (prompt, answer) examples with a loss mask, llmc/sft.h)
+//   rlvr      [X] -> model -> sampled Y -> reward r: policy gradient -A(r) * log p(Y), the
+//             completions generated first with a KV cache (llmc/rlvr.h, llmc/generate.h)
 // Under mpirun (MPI build) the ranks form a mesh (llmc/parallel/mesh.h) and train data-parallel
 // in the mode --dp-mode / --zero choose (llmc/parallel/dp.h); rank 0 prints and saves.
 #include "llmc/common.h"
@@ -14,6 +20,9 @@
 #include "llmc/schedule.h"
 #include "llmc/sampler.h"
 #include "llmc/eval.h"
+#include "llmc/sft.h"
+#include "llmc/generate.h"
+#include "llmc/rlvr.h"
 #include "llmc/log.h"
 #include "llmc/trace.h"
 #ifdef USE_MPI
@@ -46,6 +55,16 @@ typedef struct {
     const char* comm_algo;
     float bucket_mb;
     const char* trace;
+    // training tasks
+    const char* task;
+    const char* sft_train;
+    const char* sft_val;
+    const char* prompts;
+    int group, max_new;
+    const char* rl_mode;
+    const char* reward;
+    float kl;
+    const char* metrics;
 } TrainArgs;
 
 static void parse_train_args(int argc, char** argv, TrainArgs* a) {
@@ -61,6 +80,11 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
     a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
     a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
+    a->task = "pretrain";
+    a->sft_train = "data/arithmetic/sft_train_*.bin";
+    a->sft_val = "data/arithmetic/sft_val_*.bin";
+    a->prompts = "data/arithmetic/sft_train_*.bin";
+    a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
@@ -105,6 +129,16 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"offload", ARG_SWITCH, &a->offload, "ZeRO-Offload: optimizer state and update in host memory (--zero 1 or 2)"},
         {"comm-algo", ARG_STRING, &a->comm_algo, "data-parallel collectives: ring (ours, bytes counted) or native (MPI/NCCL)"},
         {"trace", ARG_STRING, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
+        {"task", ARG_STRING, &a->task, "pretrain (next token), sft (loss on answers only) or rlvr (RL with verifiable rewards)"},
+        {"sft-train", ARG_STRING, &a->sft_train, "sft: training examples (token shards + .mask files, glob)"},
+        {"sft-val", ARG_STRING, &a->sft_val, "sft: validation examples for the answer-token loss (glob)"},
+        {"prompts", ARG_STRING, &a->prompts, "rlvr: (prompt, answer) examples, SFT format (glob)"},
+        {"group", ARG_INT, &a->group, "rlvr: samples per prompt G (--batch = prompts x G per step)"},
+        {"max-new", ARG_INT, &a->max_new, "rlvr: most tokens generated per completion"},
+        {"rl-mode", ARG_STRING, &a->rl_mode, "rlvr advantages: grpo (group-normalised), baseline (running mean), top1 (greedy, A = r)"},
+        {"reward", ARG_STRING, &a->reward, "rlvr reward: exact, format, or a sum such as exact+format"},
+        {"kl", ARG_FLOAT, &a->kl, "rlvr: KL penalty coefficient against a frozen copy of the starting model, 0 = off"},
+        {"metrics", ARG_STRING, &a->metrics, "rlvr: write per-step CSV (reward, accuracy, length, KL, held-out accuracy) here"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
@@ -141,6 +175,24 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
     }
     if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
     if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
+    if (strcmp(a->task, "pretrain") != 0 && strcmp(a->task, "sft") != 0 && strcmp(a->task, "rlvr") != 0) {
+        die("--task must be pretrain, sft or rlvr, got '%s'", a->task);
+    }
+    rl_mode_parse(a->rl_mode);
+    reward_parse(a->reward);
+    if (a->group < 1) { die("--group must be >= 1, got %d", a->group); }
+    if (a->max_new < 1) { die("--max-new must be >= 1, got %d", a->max_new); }
+    if (!(a->kl >= 0.0f)) { die("--kl must be >= 0, got %g", a->kl); }
+    if (strcmp(a->task, "rlvr") == 0) {
+        if (a->batch % a->group != 0) { die("--batch %d (rollouts per step) is not a multiple of --group %d", a->batch, a->group); }
+        if (strcmp(a->rl_mode, "top1") == 0 && a->group != 1) {
+            die("--rl-mode top1 takes the one greedy sample per prompt: use --group 1 (got %d)", a->group);
+        }
+        if (strcmp(a->rl_mode, "grpo") == 0 && a->group < 2) {
+            die("--rl-mode grpo normalises within a group of samples: --group must be >= 2 (got %d)", a->group);
+        }
+        if (a->bench) { die("--bench times pre-training steps: drop --task rlvr"); }
+    }
 }
 
 static float validation_loss(GPT2* model, DataLoader* val, int batches) {
@@ -152,6 +204,21 @@ static float validation_loss(GPT2* model, DataLoader* val, int batches) {
         sum += gpt2_classifier(model, val->targets, NULL, 0.0f, 0) / ((double)val->B * val->T);
     }
     return (float)(sum / batches);
+}
+
+// SFT: the answer-token loss on the validation examples: returns the sum of CE over answer
+// tokens and (in *count) their number, for the caller to combine over ranks.
+static double sft_validation_loss(GPT2* model, SFTLoader* val, int batches, double* count) {
+    sft_loader_reset(val);
+    double sum = 0.0;
+    *count = 0.0;
+    for (int i = 0; i < batches; i++) {
+        sft_loader_next_batch(val);
+        gpt2_forward(model, val->inputs, val->B, val->T);
+        sum += gpt2_classifier(model, val->targets, val->weights, 0.0f, 0);
+        for (int j = 0; j < val->B * val->T; j++) { *count += val->weights[j]; }
+    }
+    return sum;
 }
 
 // One sample of `len` tokens from end-of-text, decoded to text.
@@ -176,9 +243,21 @@ static double dp_sum(double x) {
     if (g_dp) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, g_dp->comm->mpi); }
     return x;
 }
+// all-gather n floats from every data-parallel rank, in rank order (a copy on one rank)
+static void dp_gather_floats(const float* mine, int n, float* all, void* ctx) {
+    (void)ctx;
+    if (g_dp) { MPI_Allgather(mine, n, MPI_FLOAT, all, n, MPI_FLOAT, g_dp->comm->mpi); return; }
+    memcpy(all, mine, (size_t)n * sizeof(float));
+}
 #else
 static double dp_sum(double x) { return x; }
+static void dp_gather_floats(const float* mine, int n, float* all, void* ctx) {
+    (void)ctx;
+    memcpy(all, mine, (size_t)n * sizeof(float));
+}
 #endif
+
+enum { TASK_PRETRAIN, TASK_SFT, TASK_RLVR };
 
 int main(int argc, char** argv) {
     int rank = 0, world = 1;
@@ -268,12 +347,12 @@ int main(int argc, char** argv) {
 #endif
 
     // ---- data and tokenizer
+    int task = strcmp(args.task, "sft") == 0 ? TASK_SFT : strcmp(args.task, "rlvr") == 0 ? TASK_RLVR : TASK_PRETRAIN;
     DataLoader train, val;
+    SFTLoader sft_train, sft_val;
     Tokenizer tokenizer;
     int have_tokenizer = 0, eot = cfg->vocab_size - 1;
     if (!args.bench) {
-        dataloader_init(&train, args.train_data, B, T, rank, world, cfg->vocab_size);
-        dataloader_init(&val, args.val_data, B, T, rank, world, cfg->vocab_size);
         FILE* f = args.tokenizer ? fopen(args.tokenizer, "rb") : NULL;
         if (f) {
             fclose(f);
@@ -286,6 +365,42 @@ int main(int argc, char** argv) {
             eot = tokenizer.eot_token;
         } else {
             printf("note: no tokenizer at '%s': samples print token ids\n", args.tokenizer ? args.tokenizer : "");
+        }
+        if (task == TASK_PRETRAIN) { dataloader_init(&train, args.train_data, B, T, rank, world, cfg->vocab_size); }
+        if (task == TASK_SFT) {
+            sft_loader_init(&sft_train, args.sft_train, B, T, rank, ndp, cfg->vocab_size, eot);
+            sft_loader_init(&sft_val, args.sft_val, B, T, rank, ndp, cfg->vocab_size, eot);
+        } else {
+            dataloader_init(&val, args.val_data, B, T, rank, world, cfg->vocab_size);
+        }
+    }
+    // RLVR: prompts with their answers, the sampler, the KV cache, the frozen reference model
+    RLState rl;
+    GPT2 ref_model;
+    int rl_rows = args.batch / ndp;   // this rank's rollouts per step
+    if (task == TASK_RLVR) {
+        rl.reward = reward_parse(args.reward);
+        rl.advantage = Advantage{rl_mode_parse(args.rl_mode), 0.0f, 0};
+        rl.beta = args.kl;
+        rl.group = args.group;
+        rl.seed = (uint64_t)args.seed;
+        int greedy = rl.advantage.mode == RL_TOP1;
+        rl.gen = GenerateConfig{greedy ? 0.0f : args.temperature, greedy ? 1 : args.top_k, args.max_new, 1};
+        rl.examples = sft_load_examples(args.prompts, eot, 0);
+        if (rl.examples.empty()) { die("no (prompt, answer) examples in '%s' (python3 dev/data/arithmetic.py writes them)", args.prompts); }
+        int longest = 0;
+        for (const SFTExample& e : rl.examples) { longest = std::max(longest, (int)e.prompt.size()); }
+        if (longest + args.max_new - 1 > T) {
+            die("--seq %d is too short for the longest prompt (%d tokens) + --max-new %d - 1", T, longest, args.max_new);
+        }
+        int cache_T = std::min(cfg->max_seq_len, longest + args.max_new);
+        kvcache_init(&rl.kv, &model, rl_rows, cache_T, rl_rows * cache_T);
+        rl.ref = NULL;
+        if (rl.beta > 0.0f) {   // a frozen copy of the starting point
+            if (args.load) { gpt2_load_checkpoint(&ref_model, args.load); }
+            else { gpt2_build(&ref_model, cfg); gpt2_init_random(&ref_model, (uint64_t)args.seed); }
+            gpt2_allocate_activations(&ref_model, B, T);
+            rl.ref = &ref_model;
         }
     }
     std::vector<ArithExample> examples, my_examples;   // my_examples: this rank's share
@@ -311,7 +426,19 @@ int main(int argc, char** argv) {
            model.num_parameters);
     printf("batch        %d sequences x %d tokens = %d tokens per step (micro-batch %d, %d micro-steps)\n",
            args.batch, T, args.batch * T, B, args.grad_accum);
-    printf("data         %s\n", args.bench ? "random tokens (--bench)" : args.train_data);
+    if (task == TASK_PRETRAIN) {
+        printf("task         pretrain: cross-entropy on every next token\n");
+        printf("data         %s\n", args.bench ? "random tokens (--bench)" : args.train_data);
+    } else if (task == TASK_SFT) {
+        printf("task         sft: cross-entropy on the answer tokens only\n");
+        printf("data         %s: %ld examples packed into %ld rows of %d tokens, %ld skipped (longer than %d tokens)\n",
+               args.sft_train, sft_train.num_examples, sft_train.num_rows, T + 1, sft_train.num_skipped, T + 1);
+    } else {
+        printf("task         rlvr: %d prompts x %d samples per step, %s advantages, reward '%s', KL coefficient %g\n",
+               args.batch / args.group, args.group, args.rl_mode, args.reward, args.kl);
+        printf("sampling     %s, at most %d new tokens, stop at newline or end-of-text; %zu prompts from %s\n",
+               rl.gen.temperature == 0.0f ? "greedy (top-1)" : "temperature/top-k", args.max_new, rl.examples.size(), args.prompts);
+    }
     if (!use_dp) {
         printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
                2.0 * model.num_parameters * sizeof(floatX) / 1048576.0,
@@ -331,6 +458,13 @@ int main(int argc, char** argv) {
     FILE* logf = NULL;
     std::string log_tmp;
     if (args.log && rank == 0) { logf = fopen_tmp_for_write(args.log, &log_tmp); }
+    FILE* metricsf = NULL;
+    std::string metrics_tmp;
+    if (args.metrics && rank == 0) {
+        metricsf = fopen_tmp_for_write(args.metrics, &metrics_tmp);
+        fprintf(metricsf, "step,reward,accuracy,length,kl,loss,heldout_accuracy\n");
+    }
+    float heldout = NAN;   // the last held-out accuracy, for the metrics file
     double comm_total = 0.0, exposed_total = 0.0;
 
     // ---- training
@@ -354,15 +488,24 @@ int main(int argc, char** argv) {
 #endif
         if (do_eval) {
             // each rank evaluates its share of the batches and examples; the sums are combined
-            val_loss = (float)(dp_sum(validation_loss(&model, &val, args.eval_batches)) / ndp);
+            const char* what = "";
+            if (task == TASK_SFT) {
+                double count = 0.0, sum = sft_validation_loss(&model, &sft_val, args.eval_batches, &count);
+                val_loss = (float)(dp_sum(sum) / std::max(1.0, dp_sum(count)));
+                what = " (answer tokens)";
+            } else {
+                val_loss = (float)(dp_sum(validation_loss(&model, &val, args.eval_batches)) / ndp);
+            }
             if (examples.empty()) {
-                printf("val loss %.4f\n", val_loss);
+                printf("val loss%s %.4f\n", what, val_loss);
             } else {
                 if (last) { printf("held-out examples, greedy completion:\n"); }
                 float mine = my_examples.empty() ? 0.0f : arith_accuracy(&model, my_examples, eot, last ? 8 : 0);
                 float acc = (float)(dp_sum((double)mine * my_examples.size()) / examples.size());
-                printf("val loss %.4f | accuracy %.1f%% (exact match, %d held-out examples)\n", val_loss,
+                printf("val loss%s %.4f | accuracy %.1f%% (exact match, %d held-out examples)\n", what, val_loss,
                        100.0f * acc, (int)examples.size());
+                heldout = acc;
+                if (metricsf && last) { fprintf(metricsf, "%d,,,,,,%.6f\n", step, acc); }
             }
         }
         if (do_sample && rank == 0) {
@@ -379,22 +522,58 @@ int main(int argc, char** argv) {
         if (last) { break; }
 
         double t0 = wall_seconds();
+        // the loss is the mean over this rank's share of the batch; data parallelism averages
+        // the ranks' gradients, so the update follows the mean over the global batch
+        float dloss = 1.0f / ((float)(args.batch / ndp) * T);
+        int Tm = T;   // the sequence length of this step's micro-batches
+        double rollout_seconds = 0.0;
+        if (task == TASK_SFT) {
+            // a mean over the answer tokens of the whole step (all ranks, all micro-steps):
+            // every rank counts them in the packed rows, no communication needed
+            long n = sft_loader_count_ahead(&sft_train, args.grad_accum);
+            dloss = n > 0 ? (float)ndp / (float)n : 0.0f;
+        }
+        if (task == TASK_RLVR) {
+            // sample, score, advantages, loss weights; then the micro-steps train on the rollouts
+#ifdef USE_MPI
+            if (use_dp) { dp_full_model_begin(&dp); }
+#endif
+            rl_rollout(&rl, &model, step, args.batch, rank * rl_rows, rl_rows, eot, dp_gather_floats, NULL);
+#ifdef USE_MPI
+            if (use_dp) { dp_full_model_end(&dp); }
+#endif
+            if (rl.bad_rewards > 0) {
+                printf("warning: the reward function returned a non-finite value for %d of %d samples: counted as 0\n",
+                       rl.bad_rewards, args.batch);
+            }
+            dloss = rl.num_tokens > 0 ? (float)ndp / (float)rl.num_tokens : 0.0f;
+            Tm = rl.rb.T;
+            rollout_seconds = wall_seconds() - t0;
+        }
 #ifdef USE_MPI
         if (use_dp) { dp_zero_grad(&dp); } else { gpt2_zero_grad(&model); }
 #else
         gpt2_zero_grad(&model);
 #endif
         float loss = 0.0f;
-        // the loss is the mean over this rank's share of the batch; data parallelism averages
-        // the ranks' gradients, so the update follows the mean over the global batch
-        float dloss = 1.0f / ((float)(args.batch / ndp) * T);
         for (int micro = 0; micro < args.grad_accum; micro++) {
 #ifdef USE_MPI
             if (use_dp) { dp_micro_step(&dp, micro, args.grad_accum); }
 #endif
             const int* inputs;
             const int* targets;
-            if (args.bench) {
+            const float* weights = NULL;   // per-token loss weights (SFT: the answer mask; RL: advantages)
+            if (task == TASK_SFT) {
+                sft_loader_next_batch(&sft_train);
+                inputs = sft_train.inputs;
+                targets = sft_train.targets;
+                weights = sft_train.weights;
+            } else if (task == TASK_RLVR) {
+                size_t off = (size_t)micro * B * Tm;
+                inputs = rl.rb.inputs.data() + off;
+                targets = rl.rb.targets.data() + off;
+                weights = rl.weights.data() + off;
+            } else if (args.bench) {
                 bench_inputs.resize((size_t)B * T + 1);
                 for (auto& x : bench_inputs) { x = (int)(rng_u32(&bench_rng) % cfg->vocab_size); }
                 bench_targets.assign(bench_inputs.begin() + 1, bench_inputs.end());
@@ -406,8 +585,8 @@ int main(int argc, char** argv) {
                 targets = train.targets;
             }
             double tf = trace_now();
-            gpt2_forward(&model, inputs, B, T);
-            loss += gpt2_classifier(&model, targets, NULL, dloss, 1) * dloss;
+            gpt2_forward(&model, inputs, B, Tm);
+            loss += gpt2_classifier(&model, targets, weights, dloss, 1) * dloss;
             trace_event("forward", 0, tf);
             double tb = trace_now();
             gpt2_backward(&model);
@@ -425,6 +604,7 @@ int main(int argc, char** argv) {
 #else
         norm = gpt2_update(&model, lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.clip);
 #endif
+        if (task == TASK_RLVR && rl.beta > 0.0f) { loss = (float)rl.loss; }   // policy-gradient term + beta * KL
         backend_synchronize();
         double dt = wall_seconds() - t0;
         if (!isfinite(loss) || !isfinite(norm)) {
@@ -432,9 +612,20 @@ int main(int argc, char** argv) {
         }
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
         double peak = backend_peak_flops();
-        print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * T,
+        print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * Tm,
                         peak > 0 ? 100.0 * flops_per_step / dt / (peak * ndp) : -1.0);
         if (logf) { fprintf(logf, "%d %.9g %.9g %.9g\n", step + 1, loss, norm, lr); }
+        if (task == TASK_RLVR) {
+            printf("       rl | reward %.3f | accuracy %.1f%% | length %.2f | KL %.5f | rollout %.1f ms\n",
+                   rl.reward_mean, 100.0 * rl.accuracy, rl.length_mean, rl.kl, rollout_seconds * 1e3);
+            if (metricsf) {
+                fprintf(metricsf, "%d,%.6f,%.6f,%.4f,%.6g,%.6g,", step, rl.reward_mean, rl.accuracy, rl.length_mean,
+                        rl.kl, loss);
+                if (!isnan(heldout)) { fprintf(metricsf, "%.6f", heldout); }
+                fprintf(metricsf, "\n");
+                heldout = NAN;
+            }
+        }
 #ifdef USE_MPI
         if (use_dp) {
             uint64_t sent = dp_step_bytes(&dp), want = dp_formula_bytes(&dp, args.grad_accum);
@@ -464,6 +655,7 @@ int main(int argc, char** argv) {
         }
     }
     if (logf) { fclose_and_rename(logf, log_tmp, args.log); }
+    if (metricsf) { fclose_and_rename(metricsf, metrics_tmp, args.metrics); }
     if (args.save) {
 #ifdef USE_MPI
         if (use_dp) { dp_full_model_begin(&dp); }
@@ -502,13 +694,18 @@ int main(int argc, char** argv) {
 #endif
     }
     if (!args.bench) {
-        dataloader_free(&train);
-        dataloader_free(&val);
+        if (task == TASK_PRETRAIN) { dataloader_free(&train); }
+        if (task == TASK_SFT) { sft_loader_free(&sft_train); sft_loader_free(&sft_val); }
+        else { dataloader_free(&val); }
         if (have_tokenizer) { tokenizer_free(&tokenizer); }
     }
 #ifdef USE_MPI
     if (use_dp) { dp_shutdown(&dp); }
 #endif
+    if (task == TASK_RLVR) {
+        kvcache_free(&rl.kv);
+        if (rl.ref) { gpt2_free(rl.ref); }
+    }
     gpt2_free(&model);
     backend_shutdown();
 #ifdef USE_MPI

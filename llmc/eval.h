@@ -9,6 +9,7 @@
 #include "gpt2.h"
 #include "data.h"
 #include "sampler.h"
+#include "generate.h"
 
 typedef struct {
     std::vector<int> prompt;   // eot, digits, operator, digits, '='
@@ -43,45 +44,35 @@ static inline std::vector<ArithExample> arith_load_examples(const char* pattern,
     return out;   // empty when the shard holds no "a+b=c" documents
 }
 
-// Greedy completion of up to model->max_B prompts at once. The prompts have different
-// lengths; each row is padded after its end, which causal attention never looks at, and the
-// next token of a row is read from the logits at that row's last real position.
+// Greedy completion of every prompt: generate() with a KV cache (llmc/generate.h), all
+// prompts' tokens prefilled at once (different lengths, no padding), then one token per
+// unfinished row per step. A row stops after '\n' or end-of-text, after max_new tokens, or
+// when prompt + completion reach the model's context (the activations' T when they are
+// allocated, else max_seq_len), as the full forward per token did.
 static inline void greedy_complete(GPT2* model, const std::vector<std::vector<int>>& prompts, int max_new, int eot,
                             std::vector<std::vector<int>>* completions) {
-    int rows = (int)prompts.size();
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    std::vector<std::vector<int>> ctx = prompts;
-    std::vector<int> done(rows, 0);
-    completions->assign(rows, std::vector<int>());
-    std::vector<float> logits(Vp);
-    for (int step = 0; step < max_new; step++) {
-        int T = 0, active = 0;
-        for (int r = 0; r < rows; r++) {
-            if (!done[r] && (int)ctx[r].size() >= model->max_T) { done[r] = 1; }   // no room left
-            if (!done[r]) { active++; T = std::max(T, (int)ctx[r].size()); }
-        }
-        if (active == 0) { break; }
-        std::vector<int> tokens((size_t)rows * T, eot);
-        for (int r = 0; r < rows; r++) {
-            for (int t = 0; t < (int)ctx[r].size() && t < T; t++) { tokens[(size_t)r * T + t] = ctx[r][t]; }
-        }
-        gpt2_forward(model, tokens.data(), rows, T);
-        for (int r = 0; r < rows; r++) {
-            if (done[r]) { continue; }
-            gpt2_logits_to_host(model, r, (int)ctx[r].size() - 1, logits.data());
-            int next = sample_argmax(logits.data(), V);
-            ctx[r].push_back(next);
-            (*completions)[r].push_back(next);
-            if (next == '\n' || next == eot) { done[r] = 1; }
-        }
-    }
+    int R = (int)prompts.size();
+    completions->assign(R, std::vector<int>());
+    if (R == 0 || max_new <= 0) { return; }
+    int limit = model->max_T > 0 ? model->max_T : model->config.max_seq_len;
+    int longest = 0;
+    for (const std::vector<int>& p : prompts) { longest = std::max(longest, (int)p.size()); }
+    int maxT = std::max(1, std::min(limit, longest + max_new));   // no row can get longer than this
+    int rows = std::min(R, 128);
+    KVCache kv;
+    kvcache_init(&kv, model, rows, maxT, std::min(rows * std::min(longest, maxT), 4096));   // prefill: one call if it fits
+    GenerateConfig gc = {0.0f, 1, max_new, 1};   // greedy: the rngs are never drawn from
+    std::vector<Rng> rngs(R);
+    for (int r = 0; r < R; r++) { rng_init(&rngs[r], (uint64_t)r); }
+    generate(model, &kv, prompts, &gc, rngs.data(), eot, completions);
+    kvcache_free(&kv);
 }
 
 // Returns the fraction of examples answered exactly; prints the first `show` of them.
 static inline float arith_accuracy(GPT2* model, const std::vector<ArithExample>& examples, int eot, int show) {
     int correct = 0, shown = 0;
-    for (size_t start = 0; start < examples.size(); start += model->max_B) {
-        size_t end = std::min(examples.size(), start + (size_t)model->max_B);
+    {
+        size_t start = 0, end = examples.size();   // all at once: greedy_complete batches them
         std::vector<std::vector<int>> prompts, completions;
         for (size_t i = start; i < end; i++) { prompts.push_back(examples[i].prompt); }
         greedy_complete(model, prompts, 12, eot, &completions);

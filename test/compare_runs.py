@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare a parallel run with the single-rank run it must reproduce.
 
-usage: compare_runs.py REF.log REF.bin RUN.log RUN.bin [--tol 1e-5] [--label TEXT]
+usage: compare_runs.py REF.log REF.bin RUN.log RUN.bin [--tol 1e-5] [--loss-floor X] [--label TEXT]
 
 The logs are the trainer's --log files (step, loss, norm, lr at full precision), the .bin
 files its --save checkpoints (llm.c format, version 3, fp32). Checks:
@@ -49,6 +49,13 @@ def main():
     tol, label = 1e-5, ""
     if "--tol" in args:
         i = args.index("--tol"); tol = float(args[i + 1]); del args[i:i + 2]
+    # --loss-floor X: judge the loss error relative to max(|loss|, X). For RL losses: the
+    # policy-gradient loss sums terms of size ~|A| * CE ~ 1 whose advantages cancel within each
+    # group (GRPO: they sum to 0), so the loss itself can sit near 0 and a relative error to it
+    # says nothing; relative to the size of its terms (X = 1) it does.
+    floor = 0.0
+    if "--loss-floor" in args:
+        i = args.index("--loss-floor"); floor = float(args[i + 1]); del args[i:i + 2]
     if "--label" in args:
         i = args.index("--label"); label = args[i + 1]; del args[i:i + 2]
     ref_log, ref_bin, run_log, run_bin = args
@@ -56,8 +63,8 @@ def main():
     worst_loss = worst_norm = float("inf") if len(a) != len(b) or not a else 0.0
     if len(a) == len(b):
         for (s1, l1, n1), (s2, l2, n2) in zip(a, b):
-            worst_loss = max(worst_loss, abs(l1 - l2) / abs(l1))
-            worst_norm = max(worst_norm, abs(n1 - n2) / abs(n1))
+            worst_loss = max(worst_loss, abs(l1 - l2) / (max(abs(l1), floor) or 1.0))
+            worst_norm = max(worst_norm, abs(n1 - n2) / (abs(n1) or 1.0))
     pa, L, C = read_ckpt(ref_bin)
     pb, _, _ = read_ckpt(run_bin)
     worst_param, worst_name, worst_elem, keybias = 0.0, "", 0.0, 0.0

@@ -38,6 +38,9 @@ run data python3 test/test_data.py
 run collectives bash test/test_collectives.sh
 run collbench bash test/test_collbench.sh
 run data-parallel bash test/test_dp.sh
+run generate ./test_generatecpu
+run sft-data bash test/test_sft.sh
+run tasks bash test/test_tasks.sh
 NVCC=$(command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
 if [ -n "$NVCC" ]; then
     run nvcc bash scripts/nvcc_check.sh "$NVCC"

@@ -4,6 +4,10 @@
 //   python3 test/reference/gpt2.py --model DIR/model.bin --batch DIR/batch.bin --out DIR/ref.bin
 //   test_gpt2 --check DIR          our logits, loss, every gradient, 10 AdamW steps and the final
 //                                  parameters against the reference; exits 1 on any miss
+// A third stage checks the RLVR loss (llmc/rlvr.h): for fixed prompts, sampled completions,
+// rewards and a frozen reference model (rl_*.bin), the policy-gradient + KL loss and its
+// gradients against test/reference/rlvr.py, which computes the advantages and the loss from
+// their definitions and differentiates with autograd.
 // Tolerances (fp32): logits, gradients and parameters within 1e-4 of each tensor's largest
 // magnitude; the loss within 1e-5 relative; each of the step losses within 1e-4 relative.
 //
@@ -19,6 +23,7 @@
 #include "../llmc/gpt2.h"
 #include "../llmc/checkpoint.h"
 #include "../llmc/state.h"
+#include "../llmc/rlvr.h"
 
 // ---- tolerances: max |ours - ref| / max |ref| per tensor, relative errors for the scalars
 typedef struct {
@@ -93,6 +98,81 @@ static RefBatch read_batch(const char* path) {
     return b;
 }
 
+// ---- RLVR cases: rows of (prompt, completion) tokens, their rewards, the advantage mode
+// and the KL coefficient. Header: [magic, version, rows, G, mode, beta bits]; then per row
+// (prompt length, completion length, tokens...); then the rewards.
+#define RL_CASE_MAGIC 20241124
+#define RL_REF_MAGIC 20241125
+
+typedef struct {
+    int G, mode;
+    float beta;
+    std::vector<std::vector<int>> prompts, completions;
+    std::vector<float> rewards;
+} RLCase;
+
+static void write_rl_case(const char* path, int mode, float beta, uint64_t seed) {
+    RLCase c;
+    c.mode = mode;
+    c.beta = beta;
+    c.G = mode == RL_TOP1 ? 1 : 3;
+    int rows = 9;
+    // rewards: groups with mixed rewards, and (grpo) one group where every sample scored 1,
+    // which must give zero advantages (no NaN)
+    float grpo_rewards[9] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+    float top1_rewards[9] = {1, 0, 1, 1, 0, 0, 1, 0, 1};
+    Rng rng;
+    rng_init(&rng, seed);
+    for (int i = 0; i < rows; i++) {
+        int plen = 3 + (int)(rng_u32(&rng) % 5), clen = 1 + (int)(rng_u32(&rng) % 6);
+        std::vector<int> pr(1, 256), co;   // prompts start with end-of-text, as in the data
+        for (int t = 1; t < plen; t++) { pr.push_back((int)(rng_u32(&rng) % 256)); }
+        for (int t = 0; t < clen; t++) { co.push_back((int)(rng_u32(&rng) % 257)); }
+        c.prompts.push_back(pr);
+        c.completions.push_back(co);
+        c.rewards.push_back(mode == RL_TOP1 ? top1_rewards[i] : grpo_rewards[i]);
+    }
+    std::string tmp;
+    FILE* f = fopen_tmp_for_write(path, &tmp);
+    int header[256] = {0};
+    header[0] = RL_CASE_MAGIC; header[1] = 1; header[2] = rows; header[3] = c.G; header[4] = c.mode;
+    memcpy(&header[5], &c.beta, sizeof(float));
+    fwrite_or_die(header, sizeof(int), 256, f, path);
+    for (int i = 0; i < rows; i++) {
+        int lens[2] = {(int)c.prompts[i].size(), (int)c.completions[i].size()};
+        fwrite_or_die(lens, sizeof(int), 2, f, path);
+        fwrite_or_die(c.prompts[i].data(), sizeof(int), lens[0], f, path);
+        fwrite_or_die(c.completions[i].data(), sizeof(int), lens[1], f, path);
+    }
+    fwrite_or_die(c.rewards.data(), sizeof(float), rows, f, path);
+    fclose_and_rename(f, tmp, path);
+}
+
+static RLCase read_rl_case(const char* path) {
+    RLCase c;
+    FILE* f = fopen_or_die(path, "rb");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, path);
+    if (header[0] != RL_CASE_MAGIC || header[1] != 1) { die("'%s' is not an RL test case", path); }
+    int rows = header[2];
+    c.G = header[3];
+    c.mode = header[4];
+    memcpy(&c.beta, &header[5], sizeof(float));
+    for (int i = 0; i < rows; i++) {
+        int lens[2];
+        fread_or_die(lens, sizeof(int), 2, f, path);
+        std::vector<int> pr(lens[0]), co(lens[1]);
+        fread_or_die(pr.data(), sizeof(int), lens[0], f, path);
+        fread_or_die(co.data(), sizeof(int), lens[1], f, path);
+        c.prompts.push_back(pr);
+        c.completions.push_back(co);
+    }
+    c.rewards.resize(rows);
+    fread_or_die(c.rewards.data(), sizeof(float), rows, f, path);
+    fclose(f);
+    return c;
+}
+
 static void write_inputs(const char* dir) {
     GPT2Config cfg = {64, 257, padded_vocab(257), 2, 4, 64};   // maxT, V, Vp, L, NH, C
     GPT2 model;
@@ -114,8 +194,16 @@ static void write_inputs(const char* dir) {
     b.has_weights = 1;
     for (int i = 0; i < b.B * b.T; i++) { b.weights.push_back((i % b.T) >= b.T / 2 ? 1.0f : 0.0f); }
     write_batch((std::string(dir) + "/batch_masked.bin").c_str(), b);
+    // RLVR: a frozen reference model (another random init) and two rollout cases
+    GPT2 ref;
+    gpt2_build(&ref, &cfg);
+    gpt2_init_random(&ref, 43);
+    gpt2_save_checkpoint(&ref, (std::string(dir) + "/ref_model.bin").c_str());
+    gpt2_free(&ref);
+    write_rl_case((std::string(dir) + "/rl_grpo_kl.bin").c_str(), RL_GRPO, 0.5f, 11);
+    write_rl_case((std::string(dir) + "/rl_top1.bin").c_str(), RL_TOP1, 0.0f, 12);
     gpt2_free(&model);
-    printf("wrote %s/model.bin, batch.bin, batch_masked.bin\n", dir);
+    printf("wrote %s/model.bin, batch.bin, batch_masked.bin, ref_model.bin, rl_grpo_kl.bin, rl_top1.bin\n", dir);
 }
 
 // ---- comparison
@@ -250,6 +338,74 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
     gpt2_free(&model);
 }
 
+// The RLVR loss on fixed rollouts, as the trainer computes it (llmc/rlvr.h: advantages,
+// log-probabilities of the policy and the reference, loss weights, dloss = 1/N), against
+// test/reference/rlvr.py.
+static void check_rl_case(const char* dir, const char* case_name, const char* ref_name, const char* label) {
+    std::string d(dir);
+    GPT2 model, ref;
+    gpt2_load_checkpoint(&model, (d + "/model.bin").c_str());
+    gpt2_load_checkpoint(&ref, (d + "/ref_model.bin").c_str());
+    RLCase c = read_rl_case((d + "/" + case_name).c_str());
+    int rows = (int)c.prompts.size(), P = rows / c.G;
+    size_t NP = model.num_parameters;
+    RolloutBatch rb;
+    rollout_batch_build(&rb, c.prompts, c.completions, 256);
+    gpt2_allocate_activations(&model, rows, rb.T);
+    gpt2_allocate_activations(&ref, rows, rb.T);
+    Advantage a = {c.mode, 0.0f, 0};
+    std::vector<float> adv(rows);
+    rl_advantages(&a, c.rewards.data(), P, c.G, adv.data());
+    long N = 0;
+    for (int i = 0; i < rows; i++) { N += (long)c.completions[i].size(); }
+    if (c.beta > 0.0f) {
+        rl_logp(&model, &rb, &rb.logp);
+        rl_logp(&ref, &rb, &rb.logp_ref);
+    }
+    std::vector<float> weights;
+    double pg = 0.0, kl = 0.0;
+    rl_token_weights(&rb, adv.data(), c.beta, &weights, &pg, &kl);
+    float dloss = 1.0f / (float)N;
+    gpt2_zero_grad(&model);
+    gpt2_forward(&model, rb.inputs.data(), rows, rb.T);
+    float loss = gpt2_classifier(&model, rb.targets.data(), weights.data(), dloss, 1) * dloss;
+    gpt2_backward(&model);
+    if (c.beta > 0.0f) { loss = (float)(pg / N + c.beta * kl / N); }
+
+    std::string ref_path = d + "/" + ref_name;
+    FILE* f = fopen_or_die(ref_path.c_str(), "rb");
+    int header[256];
+    fread_or_die(header, sizeof(int), 256, f, ref_path.c_str());
+    if (header[0] != RL_REF_MAGIC || header[1] != 1 || (size_t)header[2] != NP || header[3] != N) {
+        die("'%s' does not match the model and case (regenerate it with test/reference/rlvr.py)", ref_path.c_str());
+    }
+    float ref_loss;
+    std::vector<float> ref_grads(NP), grads(NP);
+    fread_or_die(&ref_loss, sizeof(float), 1, f, ref_path.c_str());
+    fread_or_die(ref_grads.data(), sizeof(float), NP, f, ref_path.c_str());
+    fclose(f);
+
+    Tolerances tol = tolerances_for_build();
+    printf("\n[%s] %d rows (G %d), T %d, %ld completion tokens, beta %g\n", label, rows, c.G, rb.T, N, c.beta);
+    int adv_ok = 1;
+    for (int i = 0; i < rows; i++) { adv_ok &= isfinite(adv[i]); }
+    for (float w : weights) { adv_ok &= isfinite(w); }
+    report((std::string(label) + ": advantages and loss weights finite (a zero-variance group gives A = 0)").c_str(), adv_ok);
+    float loss_rel = fabsf(loss - ref_loss) / std::max(1e-6f, fabsf(ref_loss));
+    printf("  %-22s ours %.7f   ref %.7f   rel err %.2e\n", "loss", loss, ref_loss, loss_rel);
+    report((std::string(label) + ": loss").c_str(), loss_rel <= std::max(tol.loss, 1e-4f));
+    copy_floats_to_host(grads.data(), model.grads_memory, NP);
+    int all_ok = 1;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamInfo* p = &model.param_info[i];
+        std::string name = std::string("d") + p->name;
+        all_ok &= compare(name.c_str(), grads.data() + p->offset, ref_grads.data() + p->offset, p->numel, tol.grads[i]);
+    }
+    report((std::string(label) + ": gradients of all 16 parameter tensors").c_str(), all_ok);
+    gpt2_free(&model);
+    gpt2_free(&ref);
+}
+
 #ifndef LLMC_CPU
 // ---- determinism (CUDA build): the same steps give the same bits, also across a save/reload
 
@@ -347,6 +503,20 @@ int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "--check") == 0) {
         check_case(argv[2], "batch.bin", "ref.bin", "pre-training loss");
         check_case(argv[2], "batch_masked.bin", "ref_masked.bin", "masked loss");
+        check_rl_case(argv[2], "rl_grpo_kl.bin", "rl_grpo_kl_ref.bin", "RLVR: GRPO advantages + KL penalty");
+        check_rl_case(argv[2], "rl_top1.bin", "rl_top1_ref.bin", "RLVR: top-1, A = r, no KL");
+        {   // a verifier that returns NaN or infinity: counted, treated as reward 0, no NaN advantage
+            float r[6] = {1.0f, NAN, INFINITY, 0.0f, -INFINITY, 1.0f};
+            int bad = rl_sanitize_rewards(r, 6);
+            float adv[6];
+            Advantage a = {RL_GRPO, 0.0f, 0};
+            rl_advantages(&a, r, 2, 3, adv);
+            int ok = bad == 3;
+            for (float x : adv) { ok &= isfinite(x); }
+            printf("\n[RLVR: non-finite rewards] 3 of 6 replaced by 0, advantages %g %g %g | %g %g %g\n", adv[0], adv[1],
+                   adv[2], adv[3], adv[4], adv[5]);
+            report("RLVR: non-finite rewards are counted and scored 0, advantages stay finite", ok);
+        }
 #ifndef LLMC_CPU
         determinism_check(argv[2]);
 #endif

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The model against PyTorch: write a small model and two batches (test_gpt2cpu), compute the
-# reference with test/reference/gpt2.py, compare (test_gpt2cpu --check).
+# reference with test/reference/gpt2.py, compare (test_gpt2cpu --check). The RLVR loss: two
+# rollout cases against test/reference/rlvr.py.
 # On a GPU machine: bash test/test_reference.sh ./test_gpt2cu   (the same pipeline with the
 # CUDA build, in its own directory; its --check adds the determinism check)
 set -u
@@ -24,4 +25,8 @@ echo "reference python: $py ($("$py" -c 'import torch; print("torch", torch.__ve
 "$bin" --write-inputs "$dir" || exit 1
 "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref.bin" || exit 1
 "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_masked.bin" || exit 1
+for case in rl_grpo_kl rl_top1; do
+    "$py" test/reference/rlvr.py --model "$dir/model.bin" --ref-model "$dir/ref_model.bin" --case "$dir/$case.bin" \
+        --out "$dir/${case}_ref.bin" || exit 1
+done
 "$bin" --check "$dir"

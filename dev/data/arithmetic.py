@@ -20,16 +20,32 @@ Outputs (in --out-dir, default data/arithmetic relative to the current
 directory):
     train_000000.bin   llm.c token shard with --num-train equations
     val_000000.bin     llm.c token shard with --num-val equations
+    sft_train_000000.bin + .mask   SFT split: --num-sft-train equations
+    sft_val_000000.bin   + .mask   SFT split: --num-sft-val equations
     tokenizer.bin      llm.c tokenizer file for the byte-level tokenizer
+
+The SFT splits (supervised fine-tuning, read by llmc/sft.h) are ordinary
+token shards of the same documents plus a loss mask (data_common.write_mask):
+one uint8 per token, 1 on the answer digits and the newline, 0 on the EOT and
+the prompt:
+
+    <|endoftext|>12+34=   46\\n
+    0            000000   111
+
+They use the same held-out split of operand pairs (SFT val pairs never occur
+in the pre-training or SFT train data) but their own random stream, so adding
+them left the pre-training files byte-identical, and the SFT examples are not
+a copy of the pre-training ones. --num-sft-train 0 / --num-sft-val 0 skip
+writing that SFT split.
 
 Usage:
     python3 dev/data/arithmetic.py                      # 2-digit addition (the default job)
     python3 dev/data/arithmetic.py --digits 3           # 3-digit addition, much harder
     python3 dev/data/arithmetic.py --op '*' --digits 2  # 2-digit products
 
-The code is split into small pieces so that other outputs (e.g. an SFT file
-with a loss mask over the answer) can reuse generate_pairs(), which yields
-(prompt, answer) string pairs such as ("482+39=", "521\\n").
+The code is split into small pieces: generate_pairs() yields (prompt,
+answer) string pairs such as ("482+39=", "521\\n"); pretrain_tokens() and
+sft_tokens() turn them into the two kinds of output.
 """
 
 import argparse
@@ -38,7 +54,7 @@ import sys
 import random
 from array import array
 
-from data_common import (BYTE_EOT, byte_tokenizer, write_shard,
+from data_common import (BYTE_EOT, byte_tokenizer, write_mask, write_shard,
                          write_tokenizer)
 
 # ----------------------------------------------------------------------------
@@ -90,20 +106,25 @@ def format_example(a, b, op):
     return f"{a}{op}{b}=", f"{OPS[op](a, b)}\n"
 
 
-def generate_pairs(op, digits, n, seed, split):
+def generate_pairs(op, digits, n, seed, split, stream=""):
     """Yield n (prompt, answer) pairs of the given split ('train' or 'val').
 
     Operands are uniform in [0, 10**digits); for '-' they are swapped when
     needed so that a >= b (the result is never negative). Pairs that belong
     to the other split are rejected and redrawn. Deterministic in
-    (op, digits, n, seed, split); train and val use independent streams.
+    (op, digits, n, seed, split, stream); train and val use independent
+    streams. `stream` names a further independent stream of the same split
+    (the SFT output uses "sft"); the default "" is the pre-training stream.
     """
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; choose one of {sorted(OPS)}")
     if split not in ("train", "val"):
         raise ValueError(f"unknown split {split!r}")
     # a str seed is hashed with SHA-512 by random.seed, so it is stable
-    rng = random.Random(f"arithmetic/{seed}/{split}")
+    # (the pre-training stream keeps its original seed string, so its files
+    # did not change when the SFT stream was added)
+    name = f"arithmetic/{seed}/{split}" if not stream else f"arithmetic/{seed}/{stream}/{split}"
+    rng = random.Random(name)
     limit = 10 ** digits
     randrange = rng.randrange  # local alias: this loop is the hot path
     # guard against looping forever when a split happens to have no pairs
@@ -158,6 +179,40 @@ def build_pretrain_split(split, args):
 
 
 # ----------------------------------------------------------------------------
+# SFT output: the same documents plus a loss mask on the answer
+
+def sft_tokens(pairs):
+    """Tokenize (prompt, answer) pairs into a token stream and its loss mask.
+
+    Each example is [EOT] + prompt bytes (mask 0) + answer bytes (mask 1: the
+    answer digits and the newline). Returns (tokens as array('H'), mask as
+    bytearray, number of examples, first example text).
+    """
+    tokens = array("H")
+    mask = bytearray()
+    count = 0
+    first = None
+    for prompt, answer in pairs:
+        if first is None:
+            first = prompt + answer
+        p, a = prompt.encode("utf-8"), answer.encode("utf-8")
+        tokens.append(BYTE_EOT)
+        tokens.extend(p)
+        tokens.extend(a)
+        mask += bytes(1 + len(p))
+        mask += b"\x01" * len(a)
+        count += 1
+    return tokens, mask, count, first
+
+
+def build_sft_split(split, args):
+    """Generate one SFT split; returns (tokens, mask, number of examples, first text)."""
+    n = args.num_sft_train if split == "train" else args.num_sft_val
+    pairs = generate_pairs(args.op, args.digits, n, args.seed, split, stream="sft")
+    return sft_tokens(pairs)
+
+
+# ----------------------------------------------------------------------------
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
@@ -173,6 +228,10 @@ def parse_args(argv=None):
                    help="number of training equations (default 200000)")
     p.add_argument("--num-val", type=int, default=2000,
                    help="number of validation equations (default 2000)")
+    p.add_argument("--num-sft-train", type=int, default=50000,
+                   help="SFT training equations, 0 = no SFT train split (default 50000)")
+    p.add_argument("--num-sft-val", type=int, default=2000,
+                   help="SFT validation equations, 0 = no SFT val split (default 2000)")
     p.add_argument("--out-dir", default=os.path.join("data", "arithmetic"),
                    help="output directory (default data/arithmetic)")
     args = p.parse_args(argv)
@@ -180,18 +239,24 @@ def parse_args(argv=None):
         p.error("--digits must be between 1 and 18")
     if args.num_train < 1 or args.num_val < 1:
         p.error("--num-train and --num-val must be at least 1")
+    if args.num_sft_train < 0 or args.num_sft_val < 0:
+        p.error("--num-sft-train and --num-sft-val must be at least 0")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    # generate both splits before writing anything, so a failure leaves no
+    # generate every split before writing anything, so a failure leaves no
     # half-made dataset behind
     built = {}
+    built_sft = {}
     try:
         for split in ("train", "val"):
             built[split] = build_pretrain_split(split, args)
+        for split, n in (("train", args.num_sft_train), ("val", args.num_sft_val)):
+            if n > 0:
+                built_sft[split] = build_sft_split(split, args)
     except (RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -201,6 +266,14 @@ def main(argv=None):
         write_shard(path, tokens)
         print(f"{path}: {len(tokens):,} tokens, {count:,} examples "
               f"(e.g. {first!r})")
+    for split, (tokens, mask, count, first) in built_sft.items():
+        path = os.path.join(args.out_dir, f"sft_{split}_000000.bin")
+        mask_path = os.path.join(args.out_dir, f"sft_{split}_000000.mask")
+        # the mask first: a reader that sees the new shard also sees its mask
+        write_mask(mask_path, mask)
+        write_shard(path, tokens)
+        print(f"{path} + .mask: {len(tokens):,} tokens, {count:,} examples, "
+              f"{sum(mask):,} answer tokens (e.g. {first!r})")
     tok_path = os.path.join(args.out_dir, "tokenizer.bin")
     vocab = write_tokenizer(tok_path, byte_tokenizer(), BYTE_EOT)
     print(f"{tok_path}: vocab {vocab}, eot {BYTE_EOT} (byte-level tokenizer)")

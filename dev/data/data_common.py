@@ -13,6 +13,15 @@ Token shard (.bin):
         [3..255] = 0
     body:   the tokens, one uint16 each
 
+Loss mask (.mask), the companion of an SFT token shard sft_<split>_000000.bin:
+    header: 256 x int32
+        [0] = 20241123   magic number
+        [1] = 1          version
+        [2] = number of tokens (must equal the shard's)
+        [3..255] = 0
+    body:   one uint8 per token of the shard: 1 = train on this token (an
+            answer token), 0 = context only (EOT, prompt)
+
 Tokenizer (tokenizer.bin):
     header: 256 x uint32
         [0] = 20240328   magic number
@@ -38,6 +47,9 @@ HEADER_INTS = 256  # both headers are 256 four-byte integers (1024 bytes)
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
+
+MASK_MAGIC = 20241123
+MASK_VERSION = 1
 
 TOKENIZER_MAGIC = 20240328
 TOKENIZER_VERSION = 2
@@ -137,6 +149,53 @@ def read_shard(path):
     if sys.byteorder == "big":
         tokens.byteswap()
     return tokens
+
+
+# ----------------------------------------------------------------------------
+# loss masks (the .mask file beside an SFT token shard)
+
+def write_mask(path, mask):
+    """Write a loss mask: one value per token of the matching shard, each 0 or 1.
+
+    `mask` is any iterable of 0/1 values (a bytes, array('B') or list).
+    Written atomically like write_shard. Returns the number of values written.
+    """
+    body = bytes(mask)  # raises ValueError for values outside 0..255
+    bad = body.translate(None, b"\x00\x01")
+    if bad:
+        raise ValueError(f"mask values must be 0 or 1; got {bad[0]}")
+    n = len(body)
+    if n >= 2**31:
+        raise ValueError(f"too many mask values for one file: {n}")
+    header = [0] * HEADER_INTS
+    header[0] = MASK_MAGIC
+    header[1] = MASK_VERSION
+    header[2] = n
+    _atomic_write(path, [struct.pack("<%di" % HEADER_INTS, *header), body])
+    return n
+
+
+def read_mask(path):
+    """Read a loss mask back; returns its values as bytes (each 0 or 1).
+
+    Used for checks and tests; raises ValueError on a malformed file.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 * HEADER_INTS:
+        raise ValueError(f"{path}: file too short for a mask header")
+    header = struct.unpack_from("<%di" % HEADER_INTS, data, 0)
+    if header[0] != MASK_MAGIC:
+        raise ValueError(f"{path}: bad magic {header[0]}, expected {MASK_MAGIC}")
+    if header[1] != MASK_VERSION:
+        raise ValueError(f"{path}: unsupported version {header[1]}")
+    n = header[2]
+    body = data[4 * HEADER_INTS:]
+    if len(body) != n:
+        raise ValueError(f"{path}: header says {n} values, body has {len(body)} bytes")
+    if body.translate(None, b"\x00\x01"):
+        raise ValueError(f"{path}: mask values must be 0 or 1")
+    return body
 
 
 # ----------------------------------------------------------------------------

@@ -39,3 +39,17 @@ static inline void encoder_backward(float* dwte, float* dwpe, const float* dout,
         }
     }
 }
+
+// Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/generate.h):
+//   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]     j = 0..N-1
+// Token j may belong to any sequence; its position is given, not implied by its index.
+static inline void encoder_forward_positions(float* out, const int* inp, const int* positions, const float* wte,
+                                             const float* wpe, int N, int C) {
+    #pragma omp parallel for
+    for (int j = 0; j < N; j++) {
+        float* out_j = out + (size_t)j * C;
+        const float* wte_ix = wte + (size_t)inp[j] * C;
+        const float* wpe_t = wpe + (size_t)positions[j] * C;
+        for (int c = 0; c < C; c++) { out_j[c] = wte_ix[c] + wpe_t[c]; }
+    }
+}

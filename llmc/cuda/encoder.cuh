@@ -85,3 +85,21 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     encoder_backward_wpe_kernel<<<(int)ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
     cudaCheckLaunch();
 }
+
+// Embedding of N tokens at given positions (generation with a KV cache, llmc/generate.h):
+//   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]      one thread per output element
+__global__ void encoder_forward_positions_kernel(floatX* out, const int* inp, const int* positions, const floatX* wte,
+                                                 const floatX* wpe, int N, int C) {
+    size_t total = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t j = i / C;
+        int c = (int)(i % C);
+        out[i] = from_float(to_float(wte[(size_t)inp[j] * C + c]) + to_float(wpe[(size_t)positions[j] * C + c]));
+    }
+}
+
+static inline void encoder_forward_positions(floatX* out, const int* inp, const int* positions, const floatX* wte,
+                                             const floatX* wpe, int N, int C) {
+    encoder_forward_positions_kernel<<<grid_for((size_t)N * C, 256), 256>>>(out, inp, positions, wte, wpe, N, C);
+    cudaCheckLaunch();
+}
