@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"1 2 3"}
-PRE_STEPS=${PRE_STEPS:-500}
+PRE_STEPS=${PRE_STEPS:-900}
 SFT_STEPS=${SFT_STEPS:-200}
 RL_STEPS=${RL_STEPS:-120}
 EXAMPLES=${EXAMPLES:-1000}

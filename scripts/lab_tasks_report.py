@@ -54,7 +54,16 @@ def main():
         ok = gain > spread
         verdicts.append(f"- {bn} vs {an}: {gain:+.1f} points, largest std {spread:.1f}: "
                         f"{'beats it by more than the spread' if ok else 'NOT more than the spread'}")
-    text = "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n"
+    # paired: the gain of a stage seed by seed (each seed's stages share the pre-trained model,
+    # so the seed-to-seed spread of pre-training cancels out of the difference)
+    paired = []
+    for a, b, name in (("pretrain", "sft", "SFT - pre-train"), ("sft", "rlvr", "RLVR - SFT"),
+                       ("pretrain_more", "sft", "SFT - pre-train more")):
+        gains = [float(r[b]) - float(r[a]) for r in rows]
+        mean, sd, lo, hi = summary(gains)
+        paired.append(f"- paired gain {name}: " + ", ".join(f"{g:+.1f}" for g in gains) +
+                      f" (mean {mean:+.1f}, std {sd:.1f})")
+    text = "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n" + "\n".join(paired) + "\n"
 
     # the RL curves
     curves = {}
