@@ -230,6 +230,18 @@ static void report(const char* name, int ok) {
     if (!ok) { failures++; }
 }
 
+// every parameter tensor's gradient against the reference's, one PASS/FAIL line
+static void report_gradients(const char* label, const GPT2* model, const std::vector<float>& grads,
+                             const std::vector<float>& ref_grads, const Tolerances& tol) {
+    int all_ok = 1;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamInfo* p = &model->param_info[i];
+        std::string name = std::string("d") + p->name;
+        all_ok &= compare(name.c_str(), grads.data() + p->offset, ref_grads.data() + p->offset, p->numel, tol.grads[i]);
+    }
+    report((std::string(label) + ": gradients of all 16 parameter tensors").c_str(), all_ok);
+}
+
 static void check_case(const char* dir, const char* batch_name, const char* ref_name, const char* label) {
     std::string d(dir);
     GPT2 model;
@@ -282,13 +294,7 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
 
     std::vector<float> grads(P);
     copy_floats_to_host(grads.data(), model.grads_memory, P);
-    int all_ok = 1;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParamInfo* p = &model.param_info[i];
-        std::string name = std::string("d") + p->name;
-        all_ok &= compare(name.c_str(), grads.data() + p->offset, ref_grads.data() + p->offset, p->numel, tol.grads[i]);
-    }
-    report((std::string(label) + ": gradients of all 16 parameter tensors").c_str(), all_ok);
+    report_gradients(label, &model, grads, ref_grads, tol);
 
     // the optimizer: `steps` AdamW steps on the same batch
     gpt2_zero_grad(&model);   // restart from the initial parameters' gradients
@@ -310,7 +316,7 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
     report((std::string(label) + ": 10 AdamW steps (losses and gradient norms)").c_str(), steps_ok);
     std::vector<float> params(P);
     copy_floats_to_host(params.data(), model.params_memory, P);
-    all_ok = 1;
+    int all_ok = 1;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model.param_info[i];
         if (strcmp(p->name, "qkvb") != 0) {
@@ -395,13 +401,7 @@ static void check_rl_case(const char* dir, const char* case_name, const char* re
     printf("  %-22s ours %.7f   ref %.7f   rel err %.2e\n", "loss", loss, ref_loss, loss_rel);
     report((std::string(label) + ": loss").c_str(), loss_rel <= std::max(tol.loss, 1e-4f));
     copy_floats_to_host(grads.data(), model.grads_memory, NP);
-    int all_ok = 1;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParamInfo* p = &model.param_info[i];
-        std::string name = std::string("d") + p->name;
-        all_ok &= compare(name.c_str(), grads.data() + p->offset, ref_grads.data() + p->offset, p->numel, tol.grads[i]);
-    }
-    report((std::string(label) + ": gradients of all 16 parameter tensors").c_str(), all_ok);
+    report_gradients(label, &model, grads, ref_grads, tol);
     gpt2_free(&model);
     gpt2_free(&ref);
 }
