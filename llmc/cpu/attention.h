@@ -12,6 +12,31 @@
 // Floats the forward saves per layer for the backward. CPU: the full probability matrix.
 static inline size_t attention_state_size(int B, int T, int NH) { return (size_t)B * NH * T * T; }
 
+// One query against the keys/values at positions 0..t (key t2 at k0 + t2*stride, value at
+// v0 + t2*stride): p[0..t] = softmax(q . k / sqrt(hs)), o[0..hs) = sum_t2 p[t2] v_t2.
+// Shared by the training forward and the KV-cache forward, so the two give the same numbers.
+static inline void attend_one_query(float* o, float* p, const float* q, const float* k0, const float* v0,
+                                    size_t stride, int t, int hs, float scale) {
+    float maxval = -INFINITY;   // scores and running max over the visible keys t2 <= t
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float* k = k0 + (size_t)t2 * stride;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
+        s *= scale;
+        p[t2] = s;
+        if (s > maxval) { maxval = s; }
+    }
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - maxval); sum += p[t2]; }
+    float inv = 1.0f / sum;
+    for (int t2 = 0; t2 <= t; t2++) { p[t2] *= inv; }
+    for (int i = 0; i < hs; i++) { o[i] = 0.0f; }   // weighted sum of the values
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float* v = v0 + (size_t)t2 * stride;
+        for (int i = 0; i < hs; i++) { o[i] += p[t2] * v[i]; }
+    }
+}
+
 static inline void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -21,27 +46,9 @@ static inline void attention_forward(float* out, float* att, const float* inp, i
             for (int h = 0; h < NH; h++) {
                 const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
                 float* p = att + (((size_t)b * NH + h) * T + t) * T;
-                // scores and running max over the visible keys t2 <= t
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
-                    s *= scale;
-                    p[t2] = s;
-                    if (s > maxval) { maxval = s; }
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - maxval); sum += p[t2]; }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) { p[t2] = t2 <= t ? p[t2] * inv : 0.0f; }
-                // weighted sum of the values
-                float* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) { o[i] += p[t2] * v[i]; }
-                }
+                const float* k0 = inp + (size_t)b * T * C3 + C + h * hs;
+                attend_one_query(out + ((size_t)b * T + t) * C + h * hs, p, q, k0, k0 + C, C3, t, hs, scale);
+                for (int t2 = t + 1; t2 < T; t2++) { p[t2] = 0.0f; }   // causal: the future gets 0
             }
         }
     }
@@ -118,25 +125,7 @@ static inline void attention_forward_cached(float* out, const float* qkv, float*
                 const float* q = qkv + (size_t)j * C3 + h * hs;
                 const float* krow = kcache + (size_t)rows[j] * maxT * C + h * hs;
                 const float* vrow = vcache + (size_t)rows[j] * maxT * C + h * hs;
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = krow + (size_t)t2 * C;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
-                    s *= scale;
-                    p[t2] = s;
-                    if (s > maxval) { maxval = s; }
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - maxval); sum += p[t2]; }
-                float inv = 1.0f / sum;
-                float* o = out + (size_t)j * C + h * hs;
-                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = vrow + (size_t)t2 * C;
-                    float w = p[t2] * inv;
-                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
-                }
+                attend_one_query(out + (size_t)j * C + h * hs, p, q, krow, vrow, C, t, hs, scale);
             }
         }
         free(p);
