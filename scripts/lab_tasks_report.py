@@ -79,7 +79,7 @@ def main():
         for s, rs in curves.items():
             steps = [int(r["step"]) for r in rs if r["reward"]]
             reward = [float(r["reward"]) for r in rs if r["reward"]]
-            k = 5   # a running mean over 5 steps: one step's 128 samples are noisy
+            k = 5   # a running mean over 5 steps: one step's 256 samples are noisy
             smooth = [statistics.mean(reward[max(0, i - k + 1):i + 1]) for i in range(len(reward))]
             axes[0].plot(steps, smooth, label=f"seed {s}")
             hs = [(int(r["step"]), 100 * float(r["heldout_accuracy"])) for r in rs if r["heldout_accuracy"]]
