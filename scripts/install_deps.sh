@@ -5,8 +5,16 @@
 # CUDA, NCCL and cuBLAS are not installed here: they come with the CUDA toolkit
 # (the CUDA build is skipped with a message when nvcc is absent).
 # Run as root, or as a user with sudo.
+#   bash scripts/install_deps.sh         # build + tests (what .ci/run uses)
+#   bash scripts/install_deps.sh --lab   # also python3-matplotlib, for the labs' plots
 set -euo pipefail
 packages=(g++ make pkg-config python3 python3-numpy python3-torch libopenmpi-dev openmpi-bin libopenblas-dev)
+for arg in "$@"; do
+    case "$arg" in
+        --lab) packages+=(python3-matplotlib) ;;
+        *) echo "error: unknown option '$arg' (expected --lab)" >&2; exit 2 ;;
+    esac
+done
 
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "error: apt-get not found: this script is for Debian/Ubuntu. Install by hand: ${packages[*]}" >&2

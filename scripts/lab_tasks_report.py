@@ -98,7 +98,7 @@ def main():
         fig.savefig(png, dpi=100)
         text += f"\nplot: {png}\n"
     except ImportError:
-        text += ("\nno plot: matplotlib is not installed for this python (apt-get install python3-matplotlib);"
+        text += ("\nno plot: matplotlib is not installed for this python (bash scripts/install_deps.sh --lab, or apt-get install python3-matplotlib);"
                  f" the curves are in {out}/rl_<seed>.csv (step, reward, accuracy, length, kl, loss, heldout_accuracy)\n")
     open(os.path.join(out, "results.md"), "w").write(text)
     print(text, end="")
