@@ -221,19 +221,25 @@ static double sft_validation_loss(GPT2* model, SFTLoader* val, int batches, doub
     return sum;
 }
 
-// One sample of `len` tokens from end-of-text, decoded to text.
+// One sample of `len` tokens from end-of-text, decoded to text. Unlike generate() it does not
+// stop at end-of-text or a newline (a sample shows several documents), so it drives the KV
+// cache itself: one token per call, each attending over the keys and values cached so far.
 static void print_sample(GPT2* model, const Tokenizer* tok, int eot, int len, int top_k, float temperature, Rng* rng) {
-    std::vector<int> ctx(1, eot);
     std::vector<float> logits(model->config.padded_vocab_size);
+    len = std::min(len, model->config.max_seq_len - 1);
+    if (len <= 0) { return; }
+    KVCache kv;
+    kvcache_init(&kv, model, 1, len, 1);   // one row; the last sampled token is never fed back
+    int token = eot, row = 0;
     printf("sample: ");
-    for (int i = 0; i < len && (int)ctx.size() < model->max_T; i++) {
-        gpt2_forward(model, ctx.data(), 1, (int)ctx.size());
-        gpt2_logits_to_host(model, 0, (int)ctx.size() - 1, logits.data());
-        int next = sample_top_k(logits.data(), model->config.vocab_size, top_k, temperature, rng);
-        ctx.push_back(next);
-        if (tok) { tokenizer_print(tok, next); } else { printf("%d ", next); }
+    for (int pos = 0; pos < len; pos++) {
+        gpt2_forward_cached(model, &kv, &token, &row, &pos, 1);
+        kvcache_logits_to_host(model, &kv, 0, logits.data());
+        token = sample_top_k(logits.data(), model->config.vocab_size, top_k, temperature, rng);
+        if (tok) { tokenizer_print(tok, token); } else { printf("%d ", token); }
     }
     printf("\n---\n");
+    kvcache_free(&kv);
 }
 
 // sum of a value over the data-parallel ranks (a no-op on one rank)

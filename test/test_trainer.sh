@@ -105,6 +105,20 @@ else
     fail "bf16 checkpoint" "$(tail -2 "$T/run_bf16.log")"
 fi
 
+# --- samples: drawn through the KV cache, min(--sample-len, --seq - 1) tokens from end-of-text;
+# without a tokenizer they print as token ids. Greedy (--top-k 1) twice gives the same sample.
+ND="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/none.bin"
+SAMPLE="./train_gpt2cpu $ND ${SMALL/--sample-every 0/--sample-every 1} --steps 2 --top-k 1"
+$SAMPLE --sample-len 40 >"$T/sample1.log" 2>&1; rc1=$?
+$SAMPLE --sample-len 40 >"$T/sample2.log" 2>&1; rc2=$?
+n=$(grep '^sample: ' "$T/sample1.log" | tail -1 | sed 's/^sample: //' | wc -w)
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$n" -eq 15 ] && grep -q '^sample: ' "$T/sample1.log" &&
+   cmp -s <(grep '^sample: ' "$T/sample1.log") <(grep '^sample: ' "$T/sample2.log"); then
+    pass "samples: 15 tokens (--sample-len 40, --seq 16), greedy samples repeat"
+else
+    fail "samples" "exit $rc1/$rc2, $n tokens in the last sample (want 15)" "$(grep '^sample: ' "$T/sample1.log" | tail -1)"
+fi
+
 # --- gradient accumulation: 2 micro-steps of 4 == 1 step of 8 (same sequences, same mean loss)
 $TRAIN --batch 8 --grad-accum 1 --steps 5 --save "$T/acc1.bin" >"$T/acc1.log" 2>&1
 $TRAIN --batch 8 --grad-accum 2 --steps 5 --save "$T/acc2.bin" >"$T/acc2.log" 2>&1
