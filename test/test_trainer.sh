@@ -107,8 +107,7 @@ fi
 
 # --- samples: drawn through the KV cache, min(--sample-len, --seq - 1) tokens from end-of-text;
 # without a tokenizer they print as token ids. Greedy (--top-k 1) twice gives the same sample.
-ND="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/none.bin"
-SAMPLE="./train_gpt2cpu $ND ${SMALL/--sample-every 0/--sample-every 1} --steps 2 --top-k 1"
+SAMPLE="$TRAIN --tokenizer $T/none.bin --sample-every 1 --steps 2 --top-k 1"   # a later flag wins
 $SAMPLE --sample-len 40 >"$T/sample1.log" 2>&1; rc1=$?
 $SAMPLE --sample-len 40 >"$T/sample2.log" 2>&1; rc2=$?
 n=$(grep '^sample: ' "$T/sample1.log" | tail -1 | sed 's/^sample: //' | wc -w)
