@@ -59,6 +59,7 @@ typedef struct {
     const char* task;
     const char* sft_train;
     const char* sft_val;
+    int shuffle;
     const char* prompts;
     int group, max_new;
     const char* rl_mode;
@@ -132,6 +133,7 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"task", ARG_STRING, &a->task, "pretrain (next token), sft (loss on answers only) or rlvr (RL with verifiable rewards)"},
         {"sft-train", ARG_STRING, &a->sft_train, "sft: training examples (token shards + .mask files, glob)"},
         {"sft-val", ARG_STRING, &a->sft_val, "sft: validation examples for the answer-token loss (glob)"},
+        {"shuffle", ARG_SWITCH, &a->shuffle, "sft: read the packed training rows in an order drawn from --seed, not file order"},
         {"prompts", ARG_STRING, &a->prompts, "rlvr: (prompt, answer) examples, SFT format (glob)"},
         {"group", ARG_INT, &a->group, "rlvr: samples per prompt G (--batch = prompts x G per step)"},
         {"max-new", ARG_INT, &a->max_new, "rlvr: most tokens generated per completion"},
@@ -169,6 +171,7 @@ static void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if (a->zero > 0 && strcmp(a->dp_mode, "ddp") != 0) {
         die("--zero %d shards the state of bucketed data parallelism: it does not combine with --dp-mode %s", a->zero, a->dp_mode);
     }
+    if (a->shuffle && strcmp(a->task, "sft") != 0) { die("--shuffle reorders SFT examples: it needs --task sft, got --task %s", a->task); }
     if (a->offload && (a->zero < 1 || a->zero > 2)) { die("--offload needs --zero 1 or --zero 2 (ZeRO-Offload), got --zero %d", a->zero); }
     if (strcmp(a->comm_algo, "ring") != 0 && strcmp(a->comm_algo, "native") != 0) {
         die("--comm-algo must be ring or native, got '%s'", a->comm_algo);
@@ -375,6 +378,7 @@ int main(int argc, char** argv) {
         if (task == TASK_PRETRAIN) { dataloader_init(&train, args.train_data, B, T, rank, world, cfg->vocab_size); }
         if (task == TASK_SFT) {
             sft_loader_init(&sft_train, args.sft_train, B, T, rank, ndp, cfg->vocab_size, eot);
+            if (args.shuffle) { sft_loader_shuffle(&sft_train, (uint64_t)args.seed); }
             sft_loader_init(&sft_val, args.sft_val, B, T, rank, ndp, cfg->vocab_size, eot);
         } else {
             dataloader_init(&val, args.val_data, B, T, rank, world, cfg->vocab_size);
@@ -439,6 +443,7 @@ int main(int argc, char** argv) {
         printf("task         sft: cross-entropy on the answer tokens only\n");
         printf("data         %s: %ld examples packed into %ld rows of %d tokens, %ld skipped (longer than %d tokens)\n",
                args.sft_train, sft_train.num_examples, sft_train.num_rows, T + 1, sft_train.num_skipped, T + 1);
+        printf("order        %s\n", args.shuffle ? "rows shuffled once (seeded by --seed)" : "file order");
     } else {
         printf("task         rlvr: %d prompts x %d samples per step, %s advantages, reward '%s', KL coefficient %g\n",
                args.batch / args.group, args.group, args.rl_mode, args.reward, args.kl);

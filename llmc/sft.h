@@ -35,10 +35,12 @@
 #pragma once
 
 #include <glob.h>
+#include <algorithm>
 #include <vector>
 #include <string>
 #include "common.h"
 #include "data.h"
+#include "rand.h"
 
 #define SFT_MASK_MAGIC 20241123
 #define SFT_MASK_VERSION 1
@@ -258,6 +260,23 @@ static inline long sft_loader_count_ahead(const SFTLoader* dl, int micro_batches
         row = start + global;
     }
     return count;
+}
+
+// Put the packed rows in a random order (Fisher-Yates, seeded): without it SFT reads the
+// examples in file order, so two runs from the same checkpoint are identical whatever --seed
+// says. The order is drawn once and kept for every pass over the data. Every rank draws the same
+// permutation from the same seed, so data parallelism still splits the same global rows.
+static inline void sft_loader_shuffle(SFTLoader* dl, uint64_t seed) {
+    const size_t W = (size_t)dl->T + 1;
+    Rng rng;
+    rng_init(&rng, seed);
+    for (long i = dl->num_rows - 1; i > 0; i--) {
+        uint64_t hi = rng_u32(&rng), lo = rng_u32(&rng);   // two statements: a fixed draw order
+        long j = (long)(((hi << 32) | lo) % (uint64_t)(i + 1));
+        std::swap_ranges(dl->rows + i * W, dl->rows + (i + 1) * W, dl->rows + j * W);
+        std::swap_ranges(dl->row_mask + i * W, dl->row_mask + (i + 1) * W, dl->row_mask + j * W);
+        std::swap(dl->row_answers[i], dl->row_answers[j]);
+    }
 }
 
 // Back to the first micro-batch (for validation, which always reads the same batches).

@@ -10,6 +10,7 @@
 //                                      output is "<eot>a+b=" + "(a+b)\n"; the loader packs them all
 // Prints PASS/FAIL per check; exits 1 if any failed. test/test_sft.sh runs every mode.
 #include <vector>
+#include <algorithm>
 #include <string>
 #include <sys/stat.h>
 #include "../llmc/common.h"
@@ -267,6 +268,72 @@ static void test_random(const std::string& dir) {
            std::to_string(ex.size()) + " examples");
 }
 
+// --shuffle: the same rows (tokens, masks, answer counts) in a seeded order, the same order on
+// every rank, so a data-parallel run still reads what the single-rank run reads.
+static std::vector<std::vector<int>> row_keys(const SFTLoader* dl) {
+    const size_t W = (size_t)dl->T + 1;
+    std::vector<std::vector<int>> keys((size_t)dl->num_rows);
+    for (long r = 0; r < dl->num_rows; r++) {
+        std::vector<int>& k = keys[(size_t)r];
+        int answers = 0;
+        for (size_t t = 0; t < W; t++) { k.push_back(dl->rows[r * W + t]); }
+        for (size_t t = 0; t < W; t++) { k.push_back(dl->row_mask[r * W + t]); answers += t > 0 ? dl->row_mask[r * W + t] : 0; }
+        k.push_back(dl->row_answers[r]);
+        k.push_back(answers);   // row_answers[r] must still be row r's count
+    }
+    return keys;
+}
+
+static void test_shuffle(const std::string& dir) {
+    std::string pat = dir + "/sft_*.bin";   // the random set of test_random
+    const int T = 16;
+    SFTLoader plain, a, a2, b;
+    sft_loader_init(&plain, pat.c_str(), 1, T, 0, 1, 257, 256);
+    sft_loader_init(&a, pat.c_str(), 1, T, 0, 1, 257, 256);
+    sft_loader_init(&a2, pat.c_str(), 1, T, 0, 1, 257, 256);
+    sft_loader_init(&b, pat.c_str(), 1, T, 0, 1, 257, 256);
+    sft_loader_shuffle(&a, 7);
+    sft_loader_shuffle(&a2, 7);
+    sft_loader_shuffle(&b, 8);
+    std::vector<std::vector<int>> kp = row_keys(&plain), ka = row_keys(&a), ka2 = row_keys(&a2), kb = row_keys(&b);
+    long moved = 0;
+    for (size_t r = 0; r < kp.size(); r++) { moved += kp[r] != ka[r]; }
+    int counts_ok = 1;
+    for (const std::vector<int>& k : ka) { counts_ok &= k[k.size() - 2] == k[k.size() - 1]; }
+    std::vector<std::vector<int>> sp = kp, sa = ka;
+    std::sort(sp.begin(), sp.end());
+    std::sort(sa.begin(), sa.end());
+    report("shuffle: the same rows, masks and answer counts, in another order", sp == sa && counts_ok && moved > (long)kp.size() / 2,
+           std::to_string(moved) + " of " + std::to_string(kp.size()) + " rows moved");
+    report("shuffle: the same seed gives the same order, another seed another", ka == ka2 && ka != kb);
+    sft_loader_free(&plain); sft_loader_free(&a); sft_loader_free(&a2); sft_loader_free(&b);
+
+    const int B = 2, nranks = 2;
+    SFTLoader single;
+    sft_loader_init(&single, pat.c_str(), nranks * B, T, 0, 1, 257, 256);
+    sft_loader_shuffle(&single, 7);
+    std::vector<SFTLoader> ranks(nranks);
+    for (int r = 0; r < nranks; r++) {
+        sft_loader_init(&ranks[r], pat.c_str(), B, T, r, nranks, 257, 256);
+        sft_loader_shuffle(&ranks[r], 7);
+    }
+    int same = 1;
+    for (int s = 0; s < 10; s++) {
+        for (int r = 0; r < nranks; r++) { same &= sft_loader_count_ahead(&ranks[r], 2) == sft_loader_count_ahead(&single, 2); }
+        sft_loader_next_batch(&single);
+        for (int r = 0; r < nranks; r++) {
+            sft_loader_next_batch(&ranks[r]);
+            size_t n = (size_t)B * T, off = (size_t)r * n;
+            for (size_t i = 0; i < n; i++) {
+                same &= ranks[r].inputs[i] == single.inputs[off + i] && ranks[r].weights[i] == single.weights[off + i];
+            }
+        }
+    }
+    report("shuffle, B=2, 2 ranks: union of ranks' batches = single-rank batch, same count_ahead", same);
+    sft_loader_free(&single);
+    for (int r = 0; r < nranks; r++) { sft_loader_free(&ranks[r]); }
+}
+
 // ---------------------------------------------------------------------------------------------
 // malformed inputs, one file set per case: DIR/<case>_000000.{bin,mask}
 
@@ -386,5 +453,6 @@ int main(int argc, char** argv) {
     mkdir_p("build/sft-test/random");
     test_hand("build/sft-test/hand");
     test_random("build/sft-test/random");
+    test_shuffle("build/sft-test/random");
     return failures ? 1 : 0;
 }

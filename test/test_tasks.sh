@@ -52,6 +52,14 @@ if run sft1 1 $sft && run sft1acc 1 $sft --grad-accum 2; then
         run sft_dp2 2 $sft && same sft1 sft_dp2 "sft: 2 ranks (DDP) = 1 rank" || fail "sft: 2-rank run failed (see $dir/sft_dp2.out)"
         run sft_dp3 3 $sft --grad-accum 2 --zero 2 && same sft1 sft_dp3 "sft: 3 ranks, ZeRO-2, 2 micro-steps = 1 rank" \
             || fail "sft: 3-rank run failed (see $dir/sft_dp3.out)"
+        # --shuffle: every rank draws the same row order from --seed
+        if run sft1_shuf 1 $sft --shuffle && run sft_dp2_shuf 2 $sft --shuffle; then
+            same sft1_shuf sft_dp2_shuf "sft --shuffle: 2 ranks (DDP) = 1 rank"
+            cmp -s "$dir/sft1.log" "$dir/sft1_shuf.log" && fail "sft --shuffle: the same losses as file order" \
+                || pass "sft --shuffle: another order than the file's (different losses)"
+        else
+            fail "sft --shuffle: a run failed (see $dir/sft1_shuf.out, $dir/sft_dp2_shuf.out)"
+        fi
     fi
 else
     fail "sft: single-rank run failed (see $dir/sft1.out)"
@@ -114,6 +122,7 @@ bad() {   # bad LABEL EXPECTED-MESSAGE ARGS...
 bad "empty prompt file" "no SFT examples" --task rlvr --steps 1 --batch 8 --group 4 --prompts "$dir/empty_*.bin"
 bad "empty SFT file" "no SFT examples" --task sft --steps 1 --batch 4 --sft-train "$dir/empty_*.bin"
 bad "every SFT example too long" "longer than" --task sft --steps 1 --batch 4 --seq 4
+bad "--shuffle without --task sft" "needs --task sft" --shuffle --steps 1 --batch 4
 bad "unknown task" "--task must be" --task finetune
 bad "unknown reward" "unknown reward function" --task rlvr --reward exact+speed
 bad "unknown RL mode" "--rl-mode must be" --task rlvr --rl-mode ppo
