@@ -185,6 +185,24 @@ static void write_random_set(const std::string& dir, long* answer_tokens_kept) {
     }
 }
 
+// Advance a single-rank loader (batch nranks*B) and each rank's loader (batch B) by one
+// micro-batch: 1 when rank r's inputs, targets and weights are rows r*B..r*B+B-1 of the
+// single-rank batch. Adds the answer tokens the ranks delivered to *delivered.
+static int next_batches_match(SFTLoader* single, std::vector<SFTLoader>& ranks, int B, int T, long* delivered) {
+    int same = 1;
+    sft_loader_next_batch(single);
+    for (size_t r = 0; r < ranks.size(); r++) {
+        sft_loader_next_batch(&ranks[r]);
+        size_t n = (size_t)B * T, off = r * n;
+        for (size_t i = 0; i < n; i++) {
+            if (ranks[r].inputs[i] != single->inputs[off + i] || ranks[r].targets[i] != single->targets[off + i] ||
+                ranks[r].weights[i] != single->weights[off + i]) { same = 0; }
+            *delivered += (long)ranks[r].weights[i];
+        }
+    }
+    return same;
+}
+
 static void test_random(const std::string& dir) {
     long kept_answers;
     write_random_set(dir, &kept_answers);
@@ -222,16 +240,7 @@ static void test_random(const std::string& dir) {
                 for (int r = 0; r < nranks; r++) {
                     if (sft_loader_count_ahead(&ranks[r], 1) != ahead1[s] || sft_loader_count_ahead(&ranks[r], 3) != ahead3[s]) { ahead_ok = 0; }
                 }
-                sft_loader_next_batch(&single);
-                for (int r = 0; r < nranks; r++) {
-                    sft_loader_next_batch(&ranks[r]);
-                    size_t n = (size_t)B * T, off = (size_t)r * n;
-                    for (size_t i = 0; i < n; i++) {
-                        if (ranks[r].inputs[i] != single.inputs[off + i] || ranks[r].targets[i] != single.targets[off + i] ||
-                            ranks[r].weights[i] != single.weights[off + i]) { same = 0; }
-                        delivered[s] += (long)ranks[r].weights[i];
-                    }
-                }
+                same &= next_batches_match(&single, ranks, B, T, &delivered[s]);
                 // the single-rank batch is rows start..start+G-1, start = (s mod passes) * G
                 long start = (s % per_pass) * G;
                 for (long b = 0; b < G; b++) {
@@ -320,14 +329,8 @@ static void test_shuffle(const std::string& dir) {
     int same = 1;
     for (int s = 0; s < 10; s++) {
         for (int r = 0; r < nranks; r++) { same &= sft_loader_count_ahead(&ranks[r], 2) == sft_loader_count_ahead(&single, 2); }
-        sft_loader_next_batch(&single);
-        for (int r = 0; r < nranks; r++) {
-            sft_loader_next_batch(&ranks[r]);
-            size_t n = (size_t)B * T, off = (size_t)r * n;
-            for (size_t i = 0; i < n; i++) {
-                same &= ranks[r].inputs[i] == single.inputs[off + i] && ranks[r].weights[i] == single.weights[off + i];
-            }
-        }
+        long delivered = 0;
+        same &= next_batches_match(&single, ranks, B, T, &delivered);
     }
     report("shuffle, B=2, 2 ranks: union of ranks' batches = single-rank batch, same count_ahead", same);
     sft_loader_free(&single);
