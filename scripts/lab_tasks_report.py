@@ -3,7 +3,8 @@
 
 usage: lab_tasks_report.py OUT_DIR
 
-Reads OUT_DIR/accuracy.csv (seed, held-out accuracy after each stage) and OUT_DIR/rl_<seed>.csv
+Reads OUT_DIR/accuracy.csv (seed, the pre-training seed of its base model, held-out accuracy after
+each stage) and OUT_DIR/rl_<seed>.csv
 (the trainer's --metrics: per RL step the mean reward, the sample accuracy, the mean length,
 the KL, and the held-out accuracy where an evaluation ran). Prints a markdown table of the mean
 and spread (sample standard deviation, and min..max) per stage, says whether each stage beat
@@ -15,7 +16,8 @@ import os
 import statistics
 import sys
 
-STAGES = [("pretrain", "pre-train"), ("pretrain_more", "pre-train more (control)"), ("sft", "SFT"), ("rlvr", "RLVR")]
+STAGES = [("pretrain", "pre-train"), ("pretrain_more", "pre-train more (control)"), ("sft", "SFT"),
+          ("sft_more", "SFT more (control)"), ("rlvr", "RLVR")]
 
 
 def read_accuracy(path):
@@ -37,10 +39,16 @@ def main():
     out = sys.argv[1]
     rows = read_accuracy(os.path.join(out, "accuracy.csv"))
     seeds = [r["seed"] for r in rows]
+    bases = sorted({r.get("base_seed", r["seed"]) for r in rows})
+    shared = len(bases) == 1 and len(rows) > 1
     lines = ["| stage | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | std | min..max |",
              "|---|" + "---|" * len(seeds) + "---|---|---|"]
     stats = {}
     for key, name in STAGES:
+        if shared and key == "pretrain":
+            name = f"pre-train (one base model, seed {bases[0]})"
+        if shared and key == "pretrain_more":
+            name = "pre-train more (control, one run from the base)"
         vals = [float(r[key]) for r in rows]
         stats[key] = summary(vals)
         mean, sd, lo, hi = stats[key]
@@ -48,17 +56,18 @@ def main():
                      f" | {mean:.1f}% | {sd:.1f} | {lo:.1f}..{hi:.1f} |")
     verdicts = []
     for (a, an), (b, bn) in ((("pretrain", "pre-train"), ("sft", "SFT")), (("sft", "SFT"), ("rlvr", "RLVR")),
-                             (("pretrain_more", "pre-train more"), ("sft", "SFT"))):
+                             (("pretrain_more", "pre-train more"), ("sft", "SFT")),
+                             (("sft_more", "SFT more"), ("rlvr", "RLVR"))):
         gain = stats[b][0] - stats[a][0]
         spread = max(stats[a][1], stats[b][1])
         ok = gain > spread
         verdicts.append(f"- {bn} vs {an}: {gain:+.1f} points, largest std {spread:.1f}: "
                         f"{'beats it by more than the spread' if ok else 'NOT more than the spread'}")
     # paired: the gain of a stage seed by seed (each seed's stages share the pre-trained model,
-    # so the seed-to-seed spread of pre-training cancels out of the difference)
+    # so the seed-to-seed spread of pre-training, when it is seeded too, cancels out of the difference)
     paired = []
     for a, b, name in (("pretrain", "sft", "SFT - pre-train"), ("sft", "rlvr", "RLVR - SFT"),
-                       ("pretrain_more", "sft", "SFT - pre-train more")):
+                       ("pretrain_more", "sft", "SFT - pre-train more"), ("sft_more", "rlvr", "RLVR - SFT more")):
         gains = [float(r[b]) - float(r[a]) for r in rows]
         mean, sd, lo, hi = summary(gains)
         paired.append(f"- paired gain {name}: " + ", ".join(f"{g:+.1f}" for g in gains) +
