@@ -4,7 +4,8 @@
 #     (test/compare_runs.py: loss, gradient norm, final parameters within 1e-5);
 #   - SFT's packing report (an example longer than --seq is skipped and counted);
 #   - the RLVR metrics file;
-#   - bad input: a message, a non-zero exit, no hang.
+#   - bad input: a message, a non-zero exit, no hang;
+#   - the lab script (scripts/lab_tasks.sh) in miniature: its stages, CSV and report.
 # The model: a 2-layer model pre-trained for 100 steps here, so that rollouts get rewards
 # (exact+format: the format reward is non-zero long before the answers are right).
 set -u
@@ -131,6 +132,31 @@ bad "grpo with a group of one" "--group must be >= 2" --task rlvr --batch 8 --gr
 bad "top1 with a group" "use --group 1" --task rlvr --rl-mode top1 --batch 8 --group 4
 bad "negative KL" "--kl must be >= 0" --task rlvr --kl -1
 bad "prompt + completion longer than --seq" "too short for the longest prompt" --task rlvr --batch 8 --group 4 --seq 8 --max-new 8
+
+# ---- the lab script end to end, in miniature (scripts/lab_tasks.sh: the stages, the controls,
+#      the CSV and the report), with one shared base and with a base per seed
+lab() {   # lab LABEL BASE_SEED WANT-BASES: run the lab for seeds 1 2, check its CSV and report
+    local label=$1 base=$2 want=$3 out="$dir/lab_$2"
+    if ! SEEDS="1 2" BASE_SEED=$base PRE_STEPS=20 SFT_STEPS=4 RL_STEPS=3 EXAMPLES=20 THREADS=1 OUT="$out" \
+            timeout 300 bash scripts/lab_tasks.sh >"$out.out" 2>&1; then
+        fail "lab ($label): the script failed: $(tail -2 "$out.out")"; return
+    fi
+    local header rows bases shared
+    header=$(head -1 "$out/accuracy.csv")
+    rows=$(tail -n +2 "$out/accuracy.csv" | awk -F, 'NF == 7 && $3 ~ /^[0-9.]+$/ && $7 ~ /^[0-9.]+$/' | wc -l)
+    bases=$(tail -n +2 "$out/accuracy.csv" | cut -d, -f2 | tr '\n' ' ')
+    shared=$(tail -n +2 "$out/accuracy.csv" | cut -d, -f3 | sort -u | wc -l)
+    if [ "$header" = "seed,base_seed,pretrain,pretrain_more,sft,sft_more,rlvr" ] && [ "$rows" -eq 2 ] &&
+       [ "$bases" = "$want" ] && grep -q "^| SFT more (control)" "$out/results.md" &&
+       grep -q "^- RLVR vs SFT more" "$out/results.md" && grep -q "^- paired gain RLVR - SFT:" "$out/results.md" &&
+       { [ "$base" != 1 ] || { [ "$shared" -eq 1 ] && grep -q "one base model, seed 1" "$out/results.md"; }; }; then
+        pass "lab ($label): 2 seeds x 5 stages in accuracy.csv, bases '$want', the report"
+    else
+        fail "lab ($label): header '$header', $rows good rows, bases '$bases' (want '$want'), see $out"
+    fi
+}
+lab "one base" 1 "1 1 "
+lab "a base per seed" each "1 2 "
 
 echo "task tests: $fails failed"
 [ $fails -eq 0 ]
