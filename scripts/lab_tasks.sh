@@ -18,7 +18,7 @@
 # "pre-train more" continues pre-training for as many steps as SFT takes, and "SFT more"
 # continues SFT for as many steps as RLVR takes (with RLVR's learning-rate schedule).
 #
-# About 11 minutes on 2 CPU cores. Knobs (environment): SEEDS, BASE_SEED, PRE_STEPS, SFT_STEPS,
+# About 10 minutes on 2 CPU cores. Knobs (environment): SEEDS, BASE_SEED, PRE_STEPS, SFT_STEPS,
 # RL_STEPS, EXAMPLES (held-out examples per evaluation), THREADS, OUT.
 #   bash scripts/lab_tasks.sh
 #   SEEDS="1" RL_STEPS=50 bash scripts/lab_tasks.sh     # a quick look
@@ -45,7 +45,7 @@ accuracy() { grep -o 'accuracy [0-9.]*% (exact match' "$1" | tail -1 | grep -o '
 # pretrain SEED: pre-train a base model with this seed ($OUT/pre_SEED.bin), then the control
 # from it; sets $pre and $more to their held-out accuracies
 pretrain() {
-    # a shortened version of the default job: the same model, data and lr
+    # 1. pre-training, a shortened version of the default job: the same model, data and lr
     ./train_gpt2cpu --seed "$1" --steps "$PRE_STEPS" --eval-every 0 $eval_flags \
         --save "$OUT/pre_$1.bin" >"$OUT/pre_$1.out"
     pre=$(accuracy "$OUT/pre_$1.out")

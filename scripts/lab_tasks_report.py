@@ -3,13 +3,13 @@
 
 usage: lab_tasks_report.py OUT_DIR
 
-Reads OUT_DIR/accuracy.csv (seed, the pre-training seed of its base model, held-out accuracy after
-each stage) and OUT_DIR/rl_<seed>.csv
-(the trainer's --metrics: per RL step the mean reward, the sample accuracy, the mean length,
-the KL, and the held-out accuracy where an evaluation ran). Prints a markdown table of the mean
-and spread (sample standard deviation, and min..max) per stage, says whether each stage beat
-the one before by more than the spread, and writes OUT_DIR/results.md and, when matplotlib is
-importable, OUT_DIR/rl_curves.png (otherwise a note: the CSV files hold the same numbers).
+Reads OUT_DIR/accuracy.csv (seed, the pre-training seed of its base model, held-out accuracy
+after each stage) and OUT_DIR/rl_<seed>.csv (the trainer's --metrics: per RL step the mean
+reward, the sample accuracy, the mean length, the KL, and the held-out accuracy where an
+evaluation ran). Prints a markdown table of the mean and spread (sample standard deviation,
+and min..max) per stage, says whether each stage beat the one before (and its control) by more
+than the spread, and the gains seed by seed, and writes OUT_DIR/results.md and, when matplotlib
+is importable, OUT_DIR/rl_curves.png (otherwise a note: the CSV files hold the same numbers).
 """
 import csv
 import os
