@@ -18,6 +18,10 @@ import sys
 
 STAGES = [("pretrain", "pre-train"), ("pretrain_more", "pre-train more (control)"), ("sft", "SFT"),
           ("sft_more", "SFT more (control)"), ("rlvr", "RLVR")]
+# (earlier stage, later stage): each stage against the one it starts from and against its control
+COMPARISONS = [("pretrain", "sft"), ("sft", "rlvr"), ("pretrain_more", "sft"), ("sft_more", "rlvr")]
+SHORT = {"pretrain": "pre-train", "pretrain_more": "pre-train more", "sft": "SFT", "sft_more": "SFT more",
+         "rlvr": "RLVR"}
 
 
 def read_accuracy(path):
@@ -54,23 +58,18 @@ def main():
         mean, sd, lo, hi = stats[key]
         lines.append(f"| {name} | " + " | ".join(f"{v:.1f}%" for v in vals) +
                      f" | {mean:.1f}% | {sd:.1f} | {lo:.1f}..{hi:.1f} |")
-    verdicts = []
-    for (a, an), (b, bn) in ((("pretrain", "pre-train"), ("sft", "SFT")), (("sft", "SFT"), ("rlvr", "RLVR")),
-                             (("pretrain_more", "pre-train more"), ("sft", "SFT")),
-                             (("sft_more", "SFT more"), ("rlvr", "RLVR"))):
+    verdicts, paired = [], []
+    for a, b in COMPARISONS:
         gain = stats[b][0] - stats[a][0]
         spread = max(stats[a][1], stats[b][1])
         ok = gain > spread
-        verdicts.append(f"- {bn} vs {an}: {gain:+.1f} points, largest std {spread:.1f}: "
+        verdicts.append(f"- {SHORT[b]} vs {SHORT[a]}: {gain:+.1f} points, largest std {spread:.1f}: "
                         f"{'beats it by more than the spread' if ok else 'NOT more than the spread'}")
-    # paired: the gain of a stage seed by seed (each seed's stages share the pre-trained model,
-    # so the seed-to-seed spread of pre-training, when it is seeded too, cancels out of the difference)
-    paired = []
-    for a, b, name in (("pretrain", "sft", "SFT - pre-train"), ("sft", "rlvr", "RLVR - SFT"),
-                       ("pretrain_more", "sft", "SFT - pre-train more"), ("sft_more", "rlvr", "RLVR - SFT more")):
+        # paired: the gain seed by seed (each seed's later stages start from that seed's earlier
+        # ones, so a spread they share, such as pre-training's when it is seeded too, cancels out)
         gains = [float(r[b]) - float(r[a]) for r in rows]
         mean, sd, lo, hi = summary(gains)
-        paired.append(f"- paired gain {name}: " + ", ".join(f"{g:+.1f}" for g in gains) +
+        paired.append(f"- paired gain {SHORT[b]} - {SHORT[a]}: " + ", ".join(f"{g:+.1f}" for g in gains) +
                       f" (mean {mean:+.1f}, std {sd:.1f})")
     text = "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n" + "\n".join(paired) + "\n"
 

@@ -149,7 +149,7 @@ lab() {   # lab LABEL BASE_SEED WANT-BASES: run the lab for seeds 1 2, check its
     if [ "$header" = "seed,base_seed,pretrain,pretrain_more,sft,sft_more,rlvr" ] && [ "$rows" -eq 2 ] &&
        [ "$bases" = "$want" ] && grep -q "^| SFT more (control)" "$out/results.md" &&
        grep -q "^- RLVR vs SFT more" "$out/results.md" && grep -q "^- paired gain RLVR - SFT:" "$out/results.md" &&
-       { [ "$base" != 1 ] || { [ "$shared" -eq 1 ] && grep -q "one base model, seed 1" "$out/results.md"; }; }; then
+       { [ "$base" = each ] || { [ "$shared" -eq 1 ] && grep -q "one base model, seed $base" "$out/results.md"; }; }; then
         pass "lab ($label): 2 seeds x 5 stages in accuracy.csv, bases '$want', the report"
     else
         fail "lab ($label): header '$header', $rows good rows, bases '$bases' (want '$want'), see $out"
