@@ -194,3 +194,6 @@ endif
 clean:
 	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu bench_matmul
 	rm -rf build
+
+# ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)
+include dev/emu/emu.mk

@@ -46,11 +46,12 @@
 #include <mpi.h>
 #include "../common.h"
 
-#if defined(__CUDACC__) && !defined(LLMC_CPU) && !defined(LLMC_CUDA_COMM)
+// the device path: built by nvcc, or by g++ under the CUDA emulator (LLMC_EMU, dev/emu/)
+#if (defined(__CUDACC__) || defined(LLMC_EMU)) && !defined(LLMC_CPU) && !defined(LLMC_CUDA_COMM)
 #define LLMC_CUDA_COMM 1
 #endif
-#if defined(LLMC_CUDA_COMM) && !defined(__CUDACC__)
-#error "LLMC_CUDA_COMM (the device path of llmc/comm/) needs nvcc"
+#if defined(LLMC_CUDA_COMM) && !defined(__CUDACC__) && !defined(LLMC_EMU)
+#error "LLMC_CUDA_COMM (the device path of llmc/comm/) needs nvcc (or the CUDA emulator, dev/emu/)"
 #endif
 #ifdef LLMC_CUDA_COMM
 #include <cuda_runtime.h>

@@ -23,7 +23,7 @@ __global__ void global_norm_partial_kernel(float* partial, const floatX* values,
 
 __global__ void global_norm_final_kernel(float* out, const float* partial, int n) {
     __shared__ double shared[GN_BLOCKS];
-    shared[threadIdx.x] = threadIdx.x < n ? (double)partial[threadIdx.x] : 0.0;
+    shared[threadIdx.x] = (int)threadIdx.x < n ? (double)partial[threadIdx.x] : 0.0;
     __syncthreads();
     for (int stride = GN_BLOCKS / 2; stride > 0; stride >>= 1) {   // blockDim.x == GN_BLOCKS
         if ((int)threadIdx.x < stride) { shared[threadIdx.x] += shared[threadIdx.x + stride]; }

@@ -1,0 +1,73 @@
+# The CUDA sources built for the CPU emulator (dev/emu/README.md); included by the Makefile.
+#   make emu           every emulated binary under build/emu/ (needs g++, python3, the CUDA
+#                      toolkit's headers; no GPU, no driver, no cuBLAS/NCCL libraries)
+#   make emu-lab       the kernel lab (dev/cuda) on small shapes, PASS/FAIL per version
+# Knobs at run time: CUDAEMU_ORDER=forward|reverse|random (the order threads run in),
+# CUDAEMU_SEED=N (random order).
+
+EMU_DIR = build/emu
+# the toolkit's headers: next to nvcc, or the usual places
+EMU_CUDA_INCLUDE ?= $(firstword $(wildcard $(if $(NVCC),$(dir $(NVCC))../include/cuda_runtime.h) \
+  /usr/local/cuda/include/cuda_runtime.h /usr/include/cuda_runtime.h))
+EMU_CUDA_INC = $(patsubst %/cuda_runtime.h,%,$(EMU_CUDA_INCLUDE))
+EMU_CXX ?= $(CXX)
+EMU_OPT ?= -O2
+EMU_FLAGS = -std=c++17 $(EMU_OPT) -fopenmp -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas -DLLMC_EMU \
+  -Idev/emu/include -I$(EMU_CUDA_INC)
+EMU_ASAN = -fsanitize=address -fno-omit-frame-pointer -g
+EMU_RUNTIME_DEPS = dev/emu/runtime.cpp dev/emu/cuda_emu.h dev/emu/emu_ptx.h $(wildcard dev/emu/include/*.h)
+# every source the emulated programs include, rewritten into $(EMU_DIR)/src (same paths)
+EMU_SOURCES = $(wildcard *.cu llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh llmc/comm/*.h llmc/comm/*.cuh llmc/parallel/*.h \
+  test/*.cu dev/cuda/*.cu dev/cuda/*.h dev/cuda/*.cuh)
+EMU_LAB = encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
+  attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm
+# multi-rank programs: MPI through mpicxx's flags, g++ compiling (the device path of llmc/comm)
+EMU_MPI_CFLAGS = $(if $(MPICXX),-DUSE_MPI -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile 2>/dev/null))
+EMU_MPI_LIBS = $(if $(MPICXX),$(shell $(MPICXX) --showme:link 2>/dev/null))
+EMU_BINS = $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/test_cuda_kernels \
+  $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
+  $(if $(MPICXX),$(EMU_DIR)/test_collectives_device)
+
+.PHONY: emu emu-lab emu-prereqs
+
+emu: info emu-prereqs $(EMU_BINS)
+
+emu-prereqs:
+	@if [ -z "$(EMU_CUDA_INC)" ]; then echo "error: the CUDA toolkit's headers (cuda_runtime.h) were not found: install the CUDA toolkit (the emulator needs its headers, not a GPU), or set EMU_CUDA_INCLUDE=/path/to/cuda_runtime.h"; exit 1; fi
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: apt-get install python3"; exit 1; }
+
+$(EMU_DIR)/src/.stamp: $(EMU_SOURCES) dev/emu/cudaemu.py
+	@mkdir -p $(EMU_DIR)/src
+	$(PYTHON) dev/emu/cudaemu.py --root . --out $(EMU_DIR)/src $(EMU_SOURCES)
+	@touch $@
+
+$(EMU_DIR)/runtime.o: $(EMU_RUNTIME_DEPS)
+	@mkdir -p $(EMU_DIR)
+	$(EMU_CXX) $(EMU_FLAGS) -c dev/emu/runtime.cpp -o $@
+$(EMU_DIR)/runtime_asan.o: $(EMU_RUNTIME_DEPS)
+	@mkdir -p $(EMU_DIR)
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_ASAN) -c dev/emu/runtime.cpp -o $@
+
+# emu_build OUT, SOURCE (relative to the repo), extra flags, runtime object, libs
+define emu_build
+	@mkdir -p $(dir $(1))
+	$(EMU_CXX) $(EMU_FLAGS) $(3) -x c++ $(EMU_DIR)/src/$(2) -x none $(4) -o $(1) $(5)
+endef
+
+$(EMU_DIR)/test_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,test/test_gpt2.cu,,$(EMU_DIR)/runtime.o,)
+$(EMU_DIR)/test_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,test/test_gpt2.cu,-DENABLE_FP32,$(EMU_DIR)/runtime.o,)
+$(EMU_DIR)/train_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,train_gpt2.cu,$(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
+$(EMU_DIR)/test_cuda_kernels: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,test/test_cuda_kernels.cu,,$(EMU_DIR)/runtime.o,)
+$(EMU_DIR)/test_cuda_kernels_asan: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime_asan.o
+	$(call emu_build,$@,test/test_cuda_kernels.cu,$(EMU_ASAN),$(EMU_DIR)/runtime_asan.o,)
+$(EMU_DIR)/test_collectives_device: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,test/test_collectives_device.cu,$(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
+$(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)): $(EMU_DIR)/dev/cuda/%: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,dev/cuda/$*.cu,,$(EMU_DIR)/runtime.o,)
+
+emu-lab: info emu-prereqs $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB))
+	@bash dev/emu/run_lab.sh $(EMU_DIR)/dev/cuda $(EMU_LAB)
