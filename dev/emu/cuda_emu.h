@@ -57,6 +57,8 @@ uint32_t shared_offset(const void* p);                    // __cvta_generic_to_s
 void* shared_pointer(uint32_t offset);
 void poison_shared(void* p, size_t bytes);                // once per block, for static __shared__
 [[noreturn]] void trap(const char* what);
+// the order threads run in (what CUDAEMU_ORDER sets): "forward", "reverse" or "random"
+void set_order(const char* order, unsigned seed);
 
 // ---- launches
 struct Config {
@@ -87,8 +89,8 @@ template <class T> struct ShflArg { int mode; int lane_arg; int width; };
 template <class T>
 inline void shfl_compute(const void* deposits, int stride, int lane, void* out, const void* arg) {
     const ShflArg<T>* a = (const ShflArg<T>*)arg;
-    int w = a->width, base = lane - lane % w, src = lane;
-    if (a->mode == 0) { src = base + a->lane_arg % w; }                                    // __shfl_sync
+    int w = a->width, base = lane & ~(w - 1), src = lane;   // width: a power of two <= 32
+    if (a->mode == 0) { src = base + (a->lane_arg & (w - 1)); }                            // __shfl_sync
     else if (a->mode == 1) { src = lane ^ a->lane_arg; if (src >= base + w) { src = lane; } }   // xor
     else if (a->mode == 2) { src = lane + a->lane_arg; if (src >= base + w) { src = lane; } }   // down
     else { src = lane - a->lane_arg; if (src < base) { src = lane; } }                         // up

@@ -18,13 +18,13 @@ EMU_ASAN = -fsanitize=address -fno-omit-frame-pointer -g
 EMU_RUNTIME_DEPS = dev/emu/runtime.cpp dev/emu/cuda_emu.h dev/emu/emu_ptx.h $(wildcard dev/emu/include/*.h)
 # every source the emulated programs include, rewritten into $(EMU_DIR)/src (same paths)
 EMU_SOURCES = $(wildcard *.cu llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh llmc/comm/*.h llmc/comm/*.cuh llmc/parallel/*.h \
-  test/*.cu dev/cuda/*.cu dev/cuda/*.h dev/cuda/*.cuh)
+  test/*.cu dev/cuda/*.cu dev/cuda/*.h dev/cuda/*.cuh dev/emu/*.cu)
 EMU_LAB = encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
   attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm
 # multi-rank programs: MPI through mpicxx's flags, g++ compiling (the device path of llmc/comm)
 EMU_MPI_CFLAGS = $(if $(MPICXX),-DUSE_MPI -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile 2>/dev/null))
 EMU_MPI_LIBS = $(if $(MPICXX),$(shell $(MPICXX) --showme:link 2>/dev/null))
-EMU_BINS = $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/test_cuda_kernels \
+EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/test_cuda_kernels \
   $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
   $(if $(MPICXX),$(EMU_DIR)/test_collectives_device)
 
@@ -54,6 +54,10 @@ define emu_build
 	$(EMU_CXX) $(EMU_FLAGS) $(3) -x c++ $(EMU_DIR)/src/$(2) -x none $(4) -o $(1) $(5)
 endef
 
+$(EMU_DIR)/test_emu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,dev/emu/test_emu.cu,,$(EMU_DIR)/runtime.o,)
+$(EMU_DIR)/test_emu_asan: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime_asan.o
+	$(call emu_build,$@,dev/emu/test_emu.cu,$(EMU_ASAN),$(EMU_DIR)/runtime_asan.o,)
 $(EMU_DIR)/test_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_gpt2.cu,,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/test_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o

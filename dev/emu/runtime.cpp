@@ -34,6 +34,7 @@
 #endif
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
+#include <sanitizer/asan_interface.h>
 #define EMU_ASAN 1
 #endif
 
@@ -53,9 +54,9 @@ ThreadState current;
 }
 
 // ---------------------------------------------------------------------------------------
-// Fibers. x86-64: a hand-written switch that saves the callee-saved registers, the SSE and
-// x87 control words and the stack pointer (the SysV ABI says the rest may be clobbered by a
-// call). Elsewhere: ucontext (correct, about 20 times slower).
+// Fibers. x86-64: a hand-written switch that saves the callee-saved registers and the stack
+// pointer (the SysV ABI lets a call clobber the rest; no kernel changes the rounding mode, so
+// the SSE and x87 control words are not switched). Elsewhere: ucontext (about 20 times slower).
 
 #if defined(__x86_64__)
 extern "C" void emu_ctx_switch(void** save_sp, void* new_sp);
@@ -70,14 +71,8 @@ emu_ctx_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -96,6 +91,8 @@ emu_ctx_switch:
 struct Stack {
     char* base;   // lowest usable byte (a guard page lies below it)
     size_t size;
+    size_t color; // bytes left unused at the top, different per stack: the stacks' tops would
+                  // otherwise share their low address bits and fight over the same cache sets
 };
 
 #ifdef EMU_ASAN
@@ -115,7 +112,9 @@ static Stack stack_get() {
     char* p = (char*)mmap(NULL, STACK_BYTES + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) { fatal("cannot map a fiber stack"); }
     if (mprotect(p, page, PROT_NONE) != 0) { fatal("cannot protect a fiber stack's guard page"); }
-    return Stack{p + page, STACK_BYTES};
+    static size_t made = 0;
+    made++;
+    return Stack{p + page, STACK_BYTES, (made * 37 % 64) * 64};
 }
 
 enum { T_NEW, T_RUNNABLE, T_WAIT_BLOCK, T_WAIT_WARP, T_DONE };
@@ -139,7 +138,7 @@ struct Warp {
     unsigned mask;           // the current collective's mask
     const char* kind;        // the current collective's name
     unsigned gen;            // collectives completed; deposits alternate between two slots
-    alignas(16) unsigned char slot[2][32][64];
+    alignas(16) unsigned char slot[2][32][32];
 };
 
 struct Block {
@@ -207,16 +206,13 @@ static void switch_out(bool finished) {
 static void fiber_start(Thread* t) {
     t->stack = stack_get();
 #if defined(__x86_64__)
-    // the frame emu_ctx_switch pops: control words, r15..r12, rbx, rbp, then "return" into
-    // fiber_main with the stack aligned as after a call
-    uintptr_t top = ((uintptr_t)(t->stack.base + t->stack.size)) & ~(uintptr_t)15;
+    // the frame emu_ctx_switch pops: r15..r12, rbx, rbp, then "return" into fiber_main with
+    // the stack aligned as after a call
+    uintptr_t top = ((uintptr_t)(t->stack.base + t->stack.size - t->stack.color)) & ~(uintptr_t)15;
     void** sp = (void**)top;
     *--sp = NULL;                        // fiber_main's return address (it never returns)
     *--sp = (void*)&fiber_main;
     for (int i = 0; i < 6; i++) { *--sp = NULL; }   // rbp, rbx, r12..r15
-    uint32_t ctl[2] = {0x1F80u, 0x037Fu};            // default MXCSR and x87 control word
-    --sp;
-    memcpy(sp, ctl, 8);
     t->sp = sp;
 #else
     getcontext(&t->uc);
@@ -265,6 +261,11 @@ static void thread_exit() {
     blk.live--;
     Warp& w = blk.warps[t->warp];
     w.exited |= 1u << t->lane;
+    if (w.arrived != 0 && (w.mask & (1u << t->lane))) {
+        fatal("%s in block (%u,%u,%u) warp %d: lanes 0x%08x wait for lane %d, which has already returned "
+              "(a collective in divergent code)", w.kind, current.block_idx.x, current.block_idx.y, current.block_idx.z,
+              t->warp, w.arrived, t->lane);
+    }
     if (blk.arrived > 0 && blk.arrived == blk.live) { release_block_barrier(); }
     free_stacks.push_back(t->stack);   // reused by the next thread that starts (after we left it)
     switch_out(true);
@@ -291,7 +292,7 @@ void warp_collective(const char* kind, unsigned mask, const void* in, int in_byt
     unsigned me = 1u << t->lane;
     unsigned need = mask & w.exists;
     if (!(mask & me)) { fatal("%s: lane %d calls it with mask 0x%08x, which does not name the lane itself", kind, t->lane, mask); }
-    if (in_bytes > 64) { fatal("%s: %d bytes per lane (at most 64)", kind, in_bytes); }
+    if (in_bytes > 32) { fatal("%s: %d bytes per lane (at most 32)", kind, in_bytes); }
     if (w.arrived == 0) {
         w.kind = kind;
         w.mask = mask;
@@ -317,7 +318,7 @@ void warp_collective(const char* kind, unsigned mask, const void* in, int in_byt
         t->wait_what = kind;
         switch_out(false);
     }
-    if (fn) { fn(&w.slot[parity][0][0], 64, t->lane, out, arg); }
+    if (fn) { fn(&w.slot[parity][0][0], 32, t->lane, out, arg); }
 }
 
 void sync_warp(unsigned mask) { warp_collective("__syncwarp", mask, NULL, 0, NULL, NULL, NULL); }
@@ -385,6 +386,15 @@ static void read_order() {
     order_rng.seed(s ? (unsigned)strtoul(s, NULL, 10) : 1234u);
 }
 
+void set_order(const char* order, unsigned seed) {
+    std::lock_guard<std::mutex> lock(launch_mutex);
+    if (strcmp(order, "forward") == 0) { order_mode = 0; }
+    else if (strcmp(order, "reverse") == 0) { order_mode = 1; }
+    else if (strcmp(order, "random") == 0) { order_mode = 2; }
+    else { fatal("set_order('%s'): expected forward, reverse or random", order); }
+    order_rng.seed(seed);
+}
+
 static void report_deadlock() {
     fflush(stdout);
     fprintf(stderr, "cuda emulator: deadlock in block (%u,%u,%u) of a %ux%ux%u grid (blockDim %ux%ux%u): no thread can run\n",
@@ -441,6 +451,13 @@ static void run_block(const Config& cfg, int nthreads, std::vector<int>& order) 
             if (t.state == T_RUNNABLE) {
                 switch_in(&t);
                 progress = true;
+#ifdef EMU_ASAN
+                if (t.state == T_DONE) {   // the frames still live on its stack at exit leave poisoned shadow
+                    char* top = t.stack.base + t.stack.size;
+                    char* low = (char*)t.sp - 256 > t.stack.base ? (char*)t.sp - 256 : t.stack.base;
+                    ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
+                }
+#endif
             }
         }
         if (!progress && blk.live > 0) { report_deadlock(); }
