@@ -24,8 +24,8 @@ EMU_LAB = encoder_forward encoder_backward layernorm_forward layernorm_backward 
 # multi-rank programs: MPI through mpicxx's flags, g++ compiling (the device path of llmc/comm)
 EMU_MPI_CFLAGS = $(if $(MPICXX),-DUSE_MPI -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile 2>/dev/null))
 EMU_MPI_LIBS = $(if $(MPICXX),$(shell $(MPICXX) --showme:link 2>/dev/null))
-EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/test_cuda_kernels \
-  $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
+EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/train_gpt2cu_fp32 $(EMU_DIR)/test_cuda_kernels \
+  $(EMU_DIR)/test_cuda_kernels_fp32 $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
   $(if $(MPICXX),$(EMU_DIR)/test_collectives_device)
 
 .PHONY: emu emu-lab emu-prereqs
@@ -64,8 +64,12 @@ $(EMU_DIR)/test_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_gpt2.cu,-DENABLE_FP32,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/train_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,train_gpt2.cu,$(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
+$(EMU_DIR)/train_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,train_gpt2.cu,-DENABLE_FP32 $(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
 $(EMU_DIR)/test_cuda_kernels: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_cuda_kernels.cu,,$(EMU_DIR)/runtime.o,)
+$(EMU_DIR)/test_cuda_kernels_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,test/test_cuda_kernels.cu,-DENABLE_FP32,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/test_cuda_kernels_asan: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime_asan.o
 	$(call emu_build,$@,test/test_cuda_kernels.cu,$(EMU_ASAN),$(EMU_DIR)/runtime_asan.o,)
 $(EMU_DIR)/test_collectives_device: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
