@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# train_gpt2cu under the CUDA emulator (dev/emu), no GPU needed:
+#   (a) the emulated bf16 trainer against train_gpt2cpu on the same tiny model and data for 10
+#       steps: losses and gradient norms within the bf16 tolerances of test/test_gpt2.cu (step
+#       losses 8e-4, norms 1e-2 relative, ~3x the errors measured there); the fp32 emulated
+#       trainer (compiled here by hand if the Makefile has no rule for it) within 1e-4;
+#   (b) determinism: two emulated runs write byte-identical --log files (loss, norm, lr at full
+#       precision; no times) and byte-identical checkpoints;
+#   (c) save/resume: a 5-step checkpoint reloads bit-exactly (load, one step at lr 0, save:
+#       identical bytes), a run resumed from it twice gives identical bits, and the optimizer
+#       state save/resume of llmc/state.h (test_gpt2cu --determinism: save at 5, reload,
+#       continue to 10) is bit-identical to the uninterrupted run. train_gpt2cu itself has no
+#       flag to save the optimizer state, so a resumed run restarts AdamW's moments;
+#   (d) the bf16 build's command-line errors: one line and exit 1.
+# Needs: make build/emu/train_gpt2cu build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
+# Prints PASS/FAIL lines; exits 1 on any FAIL. About a minute on 2 cores.
+set -u
+cd "$(dirname "$0")/.."
+T=build/emu-trainer-test
+EMU=build/emu
+rm -rf "$T"
+mkdir -p "$T"
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; failures=$((failures + 1)); }
+
+for b in $EMU/train_gpt2cu $EMU/test_gpt2cu ./train_gpt2cpu; do
+    if [ ! -x "$b" ]; then
+        fail "missing $b" "build it: make build/emu/train_gpt2cu build/emu/test_gpt2cu train_gpt2cpu"
+        exit 1
+    fi
+done
+python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 3000 --num-val 300 >/dev/null || { fail "data generation"; exit 1; }
+D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+SMALL="--layers 2 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16 --eval-every 0 --accuracy 0 --sample-every 0 --threads 2"
+
+# compare_logs NAME REF.log RUN.log LOSS_TOL NORM_TOL: every step's loss and norm within tol (relative)
+compare_logs() {
+    python3 - "$@" <<'EOF'
+import sys
+name, ref, run, ltol, ntol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+def rows(p): return [tuple(float(x) for x in line.split()[:3]) for line in open(p) if line.strip()]
+a, b = rows(ref), rows(run)
+print(f"  step   loss cpu      loss emu      rel err    norm cpu    norm emu    rel err")
+le = ne = 0.0
+for (s, l1, n1), (_, l2, n2) in zip(a, b):
+    el, en = abs(l2 - l1) / abs(l1), abs(n2 - n1) / abs(n1)
+    le, ne = max(le, el), max(ne, en)
+    print(f"  {int(s):4d}   {l1:.7f}     {l2:.7f}     {el:.2e}   {n1:.6f}    {n2:.6f}    {en:.2e}")
+ok = len(a) == 10 and len(b) == 10 and le <= ltol and ne <= ntol
+print(f"{'PASS' if ok else 'FAIL'} {name}: 10 steps, loss rel err {le:.1e} (tol {ltol:g}), norm rel err {ne:.1e} (tol {ntol:g})")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# --- (a) against the CPU trainer
+./train_gpt2cpu $D $SMALL --steps 10 --log "$T/cpu.log" >"$T/cpu.out" 2>&1 || fail "train_gpt2cpu run" "$(tail -2 "$T/cpu.out")"
+$EMU/train_gpt2cu $D $SMALL --steps 10 --log "$T/bf16_a.log" --save "$T/bf16_a.bin" >"$T/bf16_a.out" 2>&1 ||
+    fail "train_gpt2cu (emulated bf16) run" "$(tail -2 "$T/bf16_a.out")"
+compare_logs "train_gpt2cu (emulated, bf16) vs train_gpt2cpu" "$T/cpu.log" "$T/bf16_a.log" 8e-4 1e-2 || failures=$((failures + 1))
+
+# the fp32 emulated trainer: the Makefile's rule if there is one, else compiled here with the
+# flags of dev/emu/emu.mk from the sources make already rewrote for build/emu/train_gpt2cu
+fp32=$EMU/train_gpt2cu_fp32
+if [ ! -x "$fp32" ] || [ "$fp32" -ot "$EMU/train_gpt2cu" ]; then
+    fp32=$T/train_gpt2cu_fp32
+    inc=$(dirname "$(ls /usr/local/cuda/include/cuda_runtime.h /usr/include/cuda_runtime.h 2>/dev/null | head -1)")
+    ${CXX:-g++} -std=c++17 -O2 -fopenmp -fno-strict-aliasing -Wno-unknown-pragmas -DLLMC_EMU -Idev/emu/include -I"$inc" \
+        -DENABLE_FP32 -x c++ $EMU/src/train_gpt2.cu -x none $EMU/runtime.o -o "$fp32" >"$T/fp32_build.log" 2>&1 ||
+        fail "building the fp32 emulated trainer" "$(head -3 "$T/fp32_build.log")"
+fi
+if [ -x "$fp32" ]; then
+    "$fp32" $D $SMALL --steps 10 --log "$T/fp32.log" >"$T/fp32.out" 2>&1 || fail "train_gpt2cu (emulated fp32) run" "$(tail -2 "$T/fp32.out")"
+    compare_logs "train_gpt2cu (emulated, fp32) vs train_gpt2cpu" "$T/cpu.log" "$T/fp32.log" 1e-4 1e-4 || failures=$((failures + 1))
+fi
+
+# --- (b) determinism
+$EMU/train_gpt2cu $D $SMALL --steps 10 --log "$T/bf16_b.log" --save "$T/bf16_b.bin" >"$T/bf16_b.out" 2>&1
+if [ -s "$T/bf16_a.log" ] && cmp -s "$T/bf16_a.log" "$T/bf16_b.log" && cmp -s "$T/bf16_a.bin" "$T/bf16_b.bin"; then
+    pass "determinism (emulated bf16): two 10-step runs write identical step logs and checkpoints"
+else
+    fail "determinism (emulated bf16)" "the step logs or the checkpoints of two identical runs differ"
+fi
+
+# --- (c) save / resume
+$EMU/train_gpt2cu $D $SMALL --steps 5 --log "$T/five.log" --save "$T/five.bin" >"$T/five.out" 2>&1
+if cmp -s "$T/five.log" <(head -5 "$T/bf16_a.log"); then
+    pass "save at step 5: the 5-step run repeats the first 5 steps of the 10-step run bit for bit"
+else
+    fail "5-step run" "its log differs from the first 5 lines of the 10-step run"
+fi
+LOAD="$EMU/train_gpt2cu $D --batch 4 --seq 16 --eval-every 0 --accuracy 0 --sample-every 0 --threads 2"
+$LOAD --load "$T/five.bin" --steps 1 --lr 0 --weight-decay 0 --save "$T/five_rt.bin" >"$T/rt.out" 2>&1
+if cmp -s "$T/five.bin" "$T/five_rt.bin"; then
+    pass "checkpoint reloads bit-exactly (emulated bf16: load, one step at lr 0, save: identical bytes)"
+else
+    fail "checkpoint round trip (emulated bf16)" "$(tail -2 "$T/rt.out")"
+fi
+$LOAD --load "$T/five.bin" --steps 5 --log "$T/res1.log" --save "$T/res1.bin" >"$T/res1.out" 2>&1
+$LOAD --load "$T/five.bin" --steps 5 --log "$T/res2.log" --save "$T/res2.bin" >"$T/res2.out" 2>&1
+if [ -s "$T/res1.log" ] && cmp -s "$T/res1.log" "$T/res2.log" && cmp -s "$T/res1.bin" "$T/res2.bin"; then
+    pass "resumed from the step-5 checkpoint, twice: identical logs and checkpoints"
+else
+    fail "resume from checkpoint" "two resumed runs differ" "$(tail -2 "$T/res1.out")"
+fi
+mkdir -p "$T/state"
+$EMU/test_gpt2cu --write-inputs "$T/state" >/dev/null 2>&1
+$EMU/test_gpt2cu --determinism "$T/state" >"$T/state.out" 2>&1
+if [ $? -eq 0 ] && [ "$(grep -c '^PASS determinism' "$T/state.out")" -eq 2 ]; then
+    pass "optimizer state save/resume (llmc/state.h, emulated bf16): save at 5, reload, continue to 10 = uninterrupted, bit for bit"
+else
+    fail "optimizer state save/resume (test_gpt2cu --determinism)" "$(grep -E '^FAIL|DIFFERENT|error' "$T/state.out" | head -3)"
+fi
+
+# --- (d) command-line errors of the bf16 build: one line on stderr, exit 1
+expect_error() {
+    local name=$1 pattern=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" -eq 1 ] && grep -q -- "$pattern" "$T/err"; then
+        pass "train_gpt2cu (emulated) $name: $(head -1 "$T/err")"
+    else
+        fail "train_gpt2cu (emulated) $name" "exit status $rc (want 1), stderr: $(head -2 "$T/err")" "wanted: $pattern"
+    fi
+}
+TRAIN="$EMU/train_gpt2cu $D $SMALL"
+expect_error "unknown flag" "unknown flag '--bogus'" $TRAIN --bogus 3
+expect_error "non-numeric value" "flag '--lr' expects a number, got 'abc'" $TRAIN --lr abc
+expect_error "sequence above the model maximum" "\-\-seq 64 exceeds the model's maximum sequence length 32" $TRAIN --seq 64
+expect_error "missing checkpoint" "cannot open '$T/missing.bin'" $LOAD --load "$T/missing.bin" --steps 1
+
+[ "$failures" -eq 0 ] || exit 1
+exit 0
