@@ -5,7 +5,8 @@
 #   1. the device (nvidia-smi)
 #   2. builds: train_gpt2cu + test_gpt2cu (bf16), test_gpt2cu in fp32 (PRECISION=FP32, kept as
 #      build/gpu_check/test_gpt2cu_fp32), the kernel lab (make -C dev/cuda)
-#   3. every kernel-lab binary: validation of every version against llmc/cpu, and its timings
+#   3. every kernel-lab binary: validation of every version against llmc/cpu, and its timings;
+#      test_cuda_kernels (every llmc/cuda kernel against llmc/cpu at awkward shapes)
 #   4. test_gpt2cu against the PyTorch reference, bf16 and fp32 (test/test_reference.sh; the
 #      CUDA test also runs the determinism check: identical reruns, bit-exact save/reload)
 #   5. a 50-step training run of the default model on data/arithmetic (make data)
@@ -85,6 +86,11 @@ for k in $LAB_KERNELS; do
         row "lab $k" "FAIL" "not built"
     fi
 done
+
+# ---- 3b. every llmc/cuda kernel against llmc/cpu at small and awkward shapes (the test CI runs
+# under the emulator, here on the hardware)
+if run build_kernels $MAKE NO_MPI=1 -B test_cuda_kernelscu && run cuda_kernels ./test_cuda_kernelscu; then res=PASS; else res=FAIL; fi
+row "test_cuda_kernels (llmc/cuda vs llmc/cpu)" "$res" "$(grep -c '^PASS' "$LOG/cuda_kernels.log" 2>/dev/null) PASS, $(grep -c '^FAIL' "$LOG/cuda_kernels.log" 2>/dev/null) FAIL lines"
 
 # ---- 4. the model against PyTorch, bf16 and fp32 (the CUDA test adds the determinism check)
 if [ "$have_bf16" = 1 ]; then
