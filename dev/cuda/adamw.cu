@@ -20,8 +20,10 @@
 // the two bf16 neighbours of the reference master value: |err| <= 2^-7 |ref| (one bf16 spacing).
 // fp32 build (no master: parameters updated in place): 1e-7 + 1e-5|ref|.
 // Validation on 16M+3 parameters; benchmark on GPT-2 124M's 124,475,904.
+// Small shapes (--small, the emulator's default): 3*65536+3 = 196611 parameters for both (a
+// partial last block).
 //
-// ./adamw [version]
+// ./adamw [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernel (the last version)
 #include "common.h"
 namespace cpu {
@@ -105,7 +107,8 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     size_t nv = ((size_t)1 << 24) + 3, nb = 124475904;
-    printf("adamw: validation n=%zu, benchmark n=%zu (GPT-2 124M), %s\n", nv, nb,
+    if (lab_small) { nv = nb = 3 * (size_t)65536 + 3; }
+    printf("adamw: validation n=%zu, benchmark n=%zu (%s), %s\n", nv, nb, lab_small ? "small" : "GPT-2 124M",
            LAB_BF16 ? "fp32 master weights -> bf16 parameters" : "fp32 parameters in place");
     AdamHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 5, 12345u};
 

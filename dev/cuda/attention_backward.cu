@@ -24,8 +24,12 @@
 // Tolerances (bf16): dinp |err| <= 5e-3*max|ref| + 1e-2|ref| (fp32 build: 1e-5*max|ref| + 1e-4|ref|).
 // Validation at B=4 T=256 against llmc/cpu, with the state computed on the host (P by the CPU
 // forward, lse in double), so the backward is checked on its own; benchmark at B=8 T=1024.
+// Small shapes (--small, the emulator's default): B=2 T=100 (a full 64-row block and a partial
+// one; 32-row tiles: three full, one of 4 rows), validated at every head size of the flash
+// kernels: C/NH = 48/3, 64/2, 128/2, 128/1 (hs 16, 32, 64 on tensor cores in v4; hs 128 takes
+// v4's fallback to the CUDA-core kernels); benchmark (GPU only) at C=128 NH=2.
 //
-// ./attention_backward [version]
+// ./attention_backward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 2 and 3)
 #include "common.h"
 namespace cpu {
@@ -133,60 +137,99 @@ int main(int argc, char** argv) {
     const int NVERSIONS = 4;
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
-    int C = 768, NH = 12;
+    int C = 768, NH = 12;     // the benchmark's heads (and the validation's at full size)
     int Bv = 4, Tv = 256;     // validation
     int Bb = 8, Tb = 1024;    // benchmark
+    // the head configurations validated: GPT-2's; small: every head size the flash kernels are
+    // built for, hs 16, 32, 64 (tensor cores in v4) and 128 (v4 falls back to v3's kernels)
+    int nconf = 1, confC[4] = {C, 0, 0, 0}, confNH[4] = {NH, 0, 0, 0};
+    if (lab_small) {
+        const int sc[4] = {48, 64, 128, 128}, snh[4] = {3, 2, 2, 1};
+        nconf = 4;
+        for (int k = 0; k < 4; k++) { confC[k] = sc[k]; confNH[k] = snh[k]; }
+        Bv = Bb = 2; Tv = Tb = 100;
+        C = 128; NH = 2;
+    }
     printf("attention_backward: C=%d NH=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", C, NH, Bv, Tv, Bb, Tb);
+    char heads[128] = "";
+    if (nconf > 1) {
+        int len = snprintf(heads, sizeof(heads), "; hs");
+        for (int k = 0; k < nconf; k++) { len += snprintf(heads + len, sizeof(heads) - len, " %d", confC[k] / confNH[k]); }
+        printf("  small: validation at%s (C/NH =", heads + 1);
+        for (int k = 0; k < nconf; k++) { printf(" %d/%d", confC[k], confNH[k]); }
+        printf(")\n");
+    }
 
     lab_seed(7);
-    size_t n_inp = (size_t)Bv * Tv * 3 * C, n_out = (size_t)Bv * Tv * C;
-    size_t n_att = (size_t)Bv * NH * Tv * Tv, n_lse = (size_t)Bv * NH * Tv;
-    float* inp = make_random_normal(n_inp, 1.0f);
-    float* dout = make_random_normal(n_out, 1.0f);
-    float* out = host_alloc(n_out);
-    float* att = host_alloc(n_att);
-    float* lse = host_alloc(n_lse);
-    float* ref_dinp = host_alloc(n_inp);
-    cpu::attention_forward(out, att, inp, Bv, Tv, C, NH);
-    host_attention_lse(lse, inp, Bv, Tv, C, NH);
-    cpu::attention_backward(ref_dinp, dout, inp, att, Bv, Tv, C, NH);
+    float *inp[4], *dout[4], *att[4], *lse[4], *ref_dinp[4];
+    size_t n_inp[4], n_out[4], n_att[4], n_lse[4];
+    for (int k = 0; k < nconf; k++) {
+        n_inp[k] = (size_t)Bv * Tv * 3 * confC[k];
+        n_out[k] = (size_t)Bv * Tv * confC[k];
+        n_att[k] = (size_t)Bv * confNH[k] * Tv * Tv;
+        n_lse[k] = (size_t)Bv * confNH[k] * Tv;
+        inp[k] = make_random_normal(n_inp[k], 1.0f);
+        dout[k] = make_random_normal(n_out[k], 1.0f);
+        float* out = host_alloc(n_out[k]);
+        att[k] = host_alloc(n_att[k]);
+        lse[k] = host_alloc(n_lse[k]);
+        ref_dinp[k] = host_alloc(n_inp[k]);
+        cpu::attention_forward(out, att[k], inp[k], Bv, Tv, confC[k], confNH[k]);
+        host_attention_lse(lse[k], inp[k], Bv, Tv, confC[k], confNH[k]);
+        cpu::attention_backward(ref_dinp[k], dout[k], inp[k], att[k], Bv, Tv, confC[k], confNH[k]);
+        free(out);
+    }
 
     size_t max_inp = (size_t)Bb * Tb * 3 * C, max_out = (size_t)Bb * Tb * C, max_att = (size_t)Bb * NH * Tb * Tb;
+    for (int k = 0; k < nconf; k++) {
+        max_inp = std::max(max_inp, n_inp[k]); max_out = std::max(max_out, n_out[k]); max_att = std::max(max_att, n_att[k]);
+    }
     floatX* d_inp = dev_alloc<floatX>(max_inp);
     floatX* d_dout = dev_alloc<floatX>(max_out);
     floatX* d_dinp = dev_alloc<floatX>(max_inp);
     float* d_state = dev_alloc<float>(max_att);
     scratch_dS = dev_alloc<float>(max_att);
     // benchmark inputs at the full shape (their state comes from the production forward below)
-    float* inp_bench = make_random_normal(max_inp, 1.0f);
-    float* dout_bench = make_random_normal(max_out, 1.0f);
+    size_t nb_inp = (size_t)Bb * Tb * 3 * C, nb_out = (size_t)Bb * Tb * C;
+    float* inp_bench = make_random_normal(nb_inp, 1.0f);
+    float* dout_bench = make_random_normal(nb_out, 1.0f);
 
-    float scale = max_abs(ref_dinp, n_inp);
-    float atol = (LAB_BF16 ? 5e-3f : 1e-5f) * scale, rtol = LAB_BF16 ? 1e-2f : 1e-4f;
+    float rtol = LAB_BF16 ? 1e-2f : 1e-4f;
     double flops = 4.0 * Bb * (double)Tb * Tb * C;
     for (int v = 1; v <= NVERSIONS; v++) {
         if (!lab_selected(selected, v)) { continue; }
         printf("version %d\n", v);
-        upload_floatX(d_inp, inp, n_inp);
-        upload_floatX(d_dout, dout, n_out);
-        if (v < 3) { labCheck(cudaMemcpy(d_state, att, n_att * sizeof(float), cudaMemcpyHostToDevice)); }
-        else { labCheck(cudaMemcpy(d_state, lse, n_lse * sizeof(float), cudaMemcpyHostToDevice)); }
-        labCheck(cudaMemset(d_dinp, 0xff, max_inp * sizeof(floatX)));
-        run_version(v, d_dinp, d_dout, d_inp, d_state, Bv, Tv, C, NH);
-        labCheck(cudaDeviceSynchronize());
-        int ok = validate_result(d_dinp, ref_dinp, n_inp, "dinp", atol, rtol);
-        lab_report("attention_backward", v, v < 3 ? "(dq, dk, dv from P, vs llmc/cpu)" : "(dq, dk, dv from lse, vs llmc/cpu)", ok);
+        int ok = 1;
+        for (int k = 0; k < nconf; k++) {
+            if (nconf > 1) { printf("  C=%d NH=%d (hs %d)\n", confC[k], confNH[k], confC[k] / confNH[k]); }
+            upload_floatX(d_inp, inp[k], n_inp[k]);
+            upload_floatX(d_dout, dout[k], n_out[k]);
+            if (v < 3) { labCheck(cudaMemcpy(d_state, att[k], n_att[k] * sizeof(float), cudaMemcpyHostToDevice)); }
+            else { labCheck(cudaMemcpy(d_state, lse[k], n_lse[k] * sizeof(float), cudaMemcpyHostToDevice)); }
+            labCheck(cudaMemset(d_dinp, 0xff, max_inp * sizeof(floatX)));
+            run_version(v, d_dinp, d_dout, d_inp, d_state, Bv, Tv, confC[k], confNH[k]);
+            labCheck(cudaDeviceSynchronize());
+            float atol = (LAB_BF16 ? 5e-3f : 1e-5f) * max_abs(ref_dinp[k], n_inp[k]);
+            ok &= validate_result(d_dinp, ref_dinp[k], n_inp[k], "dinp", atol, rtol);
+        }
+        char what[256];
+        snprintf(what, sizeof(what), "(dq, dk, dv from %s, vs llmc/cpu%s)", v < 3 ? "P" : "lse", heads);
+        lab_report("attention_backward", v, what, ok);
         // benchmark: a consistent state for the full shape from the production forward
-        upload_floatX(d_inp, inp_bench, max_inp);
-        upload_floatX(d_dout, dout_bench, max_out);
-        if (v < 3) { attention_forward_materialized(d_dinp, d_state, d_inp, Bb, Tb, C, NH); }
-        else if (v == 3) { attention_forward_flash(d_dinp, d_state, d_inp, Bb, Tb, C, NH); }
-        else { attention_forward(d_dinp, d_state, d_inp, Bb, Tb, C, NH); }
-        labCheck(cudaDeviceSynchronize());
+        // (not under the emulator, which times nothing)
+        if (!LAB_EMULATED) {
+            upload_floatX(d_inp, inp_bench, nb_inp);
+            upload_floatX(d_dout, dout_bench, nb_out);
+            if (v < 3) { attention_forward_materialized(d_dinp, d_state, d_inp, Bb, Tb, C, NH); }
+            else if (v == 3) { attention_forward_flash(d_dinp, d_state, d_inp, Bb, Tb, C, NH); }
+            else { attention_forward(d_dinp, d_state, d_inp, Bb, Tb, C, NH); }
+            labCheck(cudaDeviceSynchronize());
+        }
         float ms = benchmark_ms(v == 1 ? 3 : 10, [&] { run_version(v, d_dinp, d_dout, d_inp, d_state, Bb, Tb, C, NH); });
         print_bench("attention_backward", v, ms, 0.0, flops, dev);
     }
-    free(inp); free(dout); free(out); free(att); free(lse); free(ref_dinp); free(inp_bench); free(dout_bench);
+    for (int k = 0; k < nconf; k++) { free(inp[k]); free(dout[k]); free(att[k]); free(lse[k]); free(ref_dinp[k]); }
+    free(inp_bench); free(dout_bench);
     cudaFree(d_inp); cudaFree(d_dout); cudaFree(d_dinp); cudaFree(d_state); cudaFree(scratch_dS);
     return lab_exit();
 }

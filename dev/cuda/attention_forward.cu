@@ -26,8 +26,12 @@
 // Tolerances: out (bf16) |err| <= 1e-2 + 1e-2|ref|; P (fp32) |err| <= 1e-5 + 1e-3|ref|;
 // lse (fp32) |err| <= 1e-4 + 1e-4|ref|. fp32 build: out 1e-4 + 1e-4|ref|.
 // Validation at B=4 T=256 (the CPU reference is O(T^2)), benchmark at B=8 T=1024, C=768 NH=12.
+// Small shapes (--small, the emulator's default): B=2 T=100 (a full 64-query block and a partial
+// one; 32-key tiles: three full, one of 4 keys), validated at every head size of the flash
+// kernels: C/NH = 48/3, 64/2, 128/2, 128/1 (hs 16, 32, 64 on tensor cores in v4; hs 128 takes
+// v4's fallback to the CUDA-core kernel); benchmark (GPU only) at C=128 NH=2.
 //
-// ./attention_forward [version]
+// ./attention_forward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 2 and 3)
 #include "common.h"
 namespace cpu {
@@ -132,48 +136,82 @@ int main(int argc, char** argv) {
     const int NVERSIONS = 4;
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
-    int C = 768, NH = 12;
+    int C = 768, NH = 12;     // the benchmark's heads (and the validation's at full size)
     int Bv = 4, Tv = 256;     // validation
     int Bb = 8, Tb = 1024;    // benchmark
+    // the head configurations validated: GPT-2's; small: every head size the flash kernels are
+    // built for, hs 16, 32, 64 (tensor cores in v4) and 128 (v4 falls back to v3's kernel)
+    int nconf = 1, confC[4] = {C, 0, 0, 0}, confNH[4] = {NH, 0, 0, 0};
+    if (lab_small) {
+        const int sc[4] = {48, 64, 128, 128}, snh[4] = {3, 2, 2, 1};
+        nconf = 4;
+        for (int k = 0; k < 4; k++) { confC[k] = sc[k]; confNH[k] = snh[k]; }
+        Bv = Bb = 2; Tv = Tb = 100;
+        C = 128; NH = 2;
+    }
     printf("attention_forward: C=%d NH=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", C, NH, Bv, Tv, Bb, Tb);
+    char heads[128] = "";
+    if (nconf > 1) {
+        int len = snprintf(heads, sizeof(heads), "; hs");
+        for (int k = 0; k < nconf; k++) { len += snprintf(heads + len, sizeof(heads) - len, " %d", confC[k] / confNH[k]); }
+        printf("  small: validation at%s (C/NH =", heads + 1);
+        for (int k = 0; k < nconf; k++) { printf(" %d/%d", confC[k], confNH[k]); }
+        printf(")\n");
+    }
 
     lab_seed(6);
-    size_t n_inp = (size_t)Bv * Tv * 3 * C, n_out = (size_t)Bv * Tv * C;
-    size_t n_att = (size_t)Bv * NH * Tv * Tv, n_lse = (size_t)Bv * NH * Tv;
-    float* inp = make_random_normal(n_inp, 1.0f);
-    float* ref_out = host_alloc(n_out);
-    float* ref_att = host_alloc(n_att);
-    float* ref_lse = host_alloc(n_lse);
-    cpu::attention_forward(ref_out, ref_att, inp, Bv, Tv, C, NH);
-    host_attention_lse(ref_lse, inp, Bv, Tv, C, NH);
+    float *inp[4], *ref_out[4], *ref_att[4], *ref_lse[4];
+    size_t n_inp[4], n_out[4], n_att[4], n_lse[4];
+    for (int k = 0; k < nconf; k++) {
+        n_inp[k] = (size_t)Bv * Tv * 3 * confC[k];
+        n_out[k] = (size_t)Bv * Tv * confC[k];
+        n_att[k] = (size_t)Bv * confNH[k] * Tv * Tv;
+        n_lse[k] = (size_t)Bv * confNH[k] * Tv;
+        inp[k] = make_random_normal(n_inp[k], 1.0f);
+        ref_out[k] = host_alloc(n_out[k]);
+        ref_att[k] = host_alloc(n_att[k]);
+        ref_lse[k] = host_alloc(n_lse[k]);
+        cpu::attention_forward(ref_out[k], ref_att[k], inp[k], Bv, Tv, confC[k], confNH[k]);
+        host_attention_lse(ref_lse[k], inp[k], Bv, Tv, confC[k], confNH[k]);
+    }
 
-    // buffers sized for the benchmark shape, used at the validation shape first
+    // buffers sized for the benchmark shape (or the largest validation), used at the validation shapes first
     size_t max_inp = (size_t)Bb * Tb * 3 * C, max_out = (size_t)Bb * Tb * C, max_att = (size_t)Bb * NH * Tb * Tb;
+    for (int k = 0; k < nconf; k++) {
+        max_inp = std::max(max_inp, n_inp[k]); max_out = std::max(max_out, n_out[k]); max_att = std::max(max_att, n_att[k]);
+    }
     floatX* d_inp = dev_alloc<floatX>(max_inp);
     floatX* d_out = dev_alloc<floatX>(max_out);
     float* d_state = dev_alloc<float>(max_att);
-    upload_floatX(d_inp, inp, n_inp);
 
     float atol = LAB_BF16 ? 1e-2f : 1e-4f, rtol = LAB_BF16 ? 1e-2f : 1e-4f;
-    float* inp_bench = make_random_normal(max_inp, 1.0f);
+    size_t n_bench = (size_t)Bb * Tb * 3 * C;
+    float* inp_bench = make_random_normal(n_bench, 1.0f);
     double flops = 2.0 * Bb * (double)Tb * Tb * C;
     for (int v = 1; v <= NVERSIONS; v++) {
         if (!lab_selected(selected, v)) { continue; }
         printf("version %d\n", v);
-        upload_floatX(d_inp, inp, n_inp);
-        labCheck(cudaMemset(d_out, 0xff, max_out * sizeof(floatX)));
-        labCheck(cudaMemset(d_state, 0xff, max_att * sizeof(float)));
-        run_version(v, d_out, d_state, d_inp, Bv, Tv, C, NH);
-        labCheck(cudaDeviceSynchronize());
-        int ok = validate_result(d_out, ref_out, n_out, "out", atol, rtol);
-        if (v < 3) { ok &= validate_result(d_state, ref_att, n_att, "P", 1e-5f, 1e-3f); }
-        else { ok &= validate_result(d_state, ref_lse, n_lse, "lse", 1e-4f, 1e-4f); }
-        lab_report("attention_forward", v, v < 3 ? "(out, P vs llmc/cpu)" : "(out vs llmc/cpu, lse vs host)", ok);
-        upload_floatX(d_inp, inp_bench, max_inp);
+        int ok = 1;
+        for (int k = 0; k < nconf; k++) {
+            if (nconf > 1) { printf("  C=%d NH=%d (hs %d)\n", confC[k], confNH[k], confC[k] / confNH[k]); }
+            upload_floatX(d_inp, inp[k], n_inp[k]);
+            labCheck(cudaMemset(d_out, 0xff, max_out * sizeof(floatX)));
+            labCheck(cudaMemset(d_state, 0xff, max_att * sizeof(float)));
+            run_version(v, d_out, d_state, d_inp, Bv, Tv, confC[k], confNH[k]);
+            labCheck(cudaDeviceSynchronize());
+            ok &= validate_result(d_out, ref_out[k], n_out[k], "out", atol, rtol);
+            if (v < 3) { ok &= validate_result(d_state, ref_att[k], n_att[k], "P", 1e-5f, 1e-3f); }
+            else { ok &= validate_result(d_state, ref_lse[k], n_lse[k], "lse", 1e-4f, 1e-4f); }
+        }
+        char what[256];
+        snprintf(what, sizeof(what), "(%s%s)", v < 3 ? "out, P vs llmc/cpu" : "out vs llmc/cpu, lse vs host", heads);
+        lab_report("attention_forward", v, what, ok);
+        upload_floatX(d_inp, inp_bench, n_bench);
         float ms = benchmark_ms(v == 1 ? 3 : 10, [&] { run_version(v, d_out, d_state, d_inp, Bb, Tb, C, NH); });
         print_bench("attention_forward", v, ms, 0.0, flops, dev);
     }
-    free(inp); free(ref_out); free(ref_att); free(ref_lse); free(inp_bench);
+    for (int k = 0; k < nconf; k++) { free(inp[k]); free(ref_out[k]); free(ref_att[k]); free(ref_lse[k]); }
+    free(inp_bench);
     cudaFree(d_inp); cudaFree(d_out); cudaFree(d_state);
     return lab_exit();
 }

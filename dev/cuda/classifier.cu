@@ -18,8 +18,10 @@
 // 1e-2|ref| (0.1% of the largest possible gradient, dloss*|w|, plus bf16 rounding).
 // fp32 build: dlogits 1e-5*dloss + 1e-4|ref|.
 // Validation B=2 T=1024 (the CPU does 2048 rows of 50257 exps), benchmark B=8 T=1024; V=50257.
+// Small shapes (--small, the emulator's default): B=2 T=37, two vocabularies: V=1500 (Vp=1536:
+// several columns per thread) and V=300 (Vp=384: threads and whole warps without a column).
 //
-// ./classifier [version]
+// ./classifier [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernel (the last version)
 #include "common.h"
 namespace cpu {
@@ -93,28 +95,49 @@ int main(int argc, char** argv) {
     const int NVERSIONS = 3;
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
-    int V = 50257, Vp = 50304;
+    int V = 50257, Vp = 50304;   // the benchmark's (and the validation's at full size)
     int Bv = 2, Tv = 1024, Bb = 8, Tb = 1024;
+    // the vocabularies validated: GPT-2's; small: V=1500 (2-3 columns per thread of a 512-thread
+    // block: the online rescaling within a thread) and V=300 (lanes 300-319 and warps 10-15
+    // without any column: the -inf paths of the combination; padding columns 300-383)
+    int nconf = 1, confV[2] = {V, 0}, confVp[2] = {Vp, 0};
+    if (lab_small) {
+        V = confV[0] = 1500; Vp = confVp[0] = 1536;
+        confV[1] = 300; confVp[1] = 384;
+        nconf = 2;
+        Bv = Bb = 2; Tv = Tb = 37;
+    }
     printf("classifier: V=%d Vp=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", V, Vp, Bv, Tv, Bb, Tb);
+    if (nconf > 1) { printf("  small: validation also at V=%d Vp=%d\n", confV[1], confVp[1]); }
 
     lab_seed(10);
     size_t Nv = (size_t)Bv * Tv, Nb = (size_t)Bb * Tb;
-    float* logits = make_random_normal(Nv * Vp, 2.0f);
-    int* targets = make_random_int(Nb, V);
+    float *logits[2], *ref_dlogits[2], *ref_losses[2];
+    int *targets[2], *d_targets[2];
+    logits[0] = make_random_normal(Nv * Vp, 2.0f);
+    targets[0] = make_random_int(Nb, V);
     float* weights = host_alloc(Nb);   // 1 (half), 0 (a quarter: masked), signed in [-1, 1) (a quarter: RL-style)
     for (size_t i = 0; i < Nb; i++) {
         uint32_t r = lab_rand_u32() % 4;
         weights[i] = r < 2 ? 1.0f : (r == 2 ? 0.0f : 2.0f * lab_rand_uniform() - 1.0f);
     }
+    for (int k = 1; k < nconf; k++) {
+        logits[k] = make_random_normal(Nv * confVp[k], 2.0f);
+        targets[k] = make_random_int(Nv, confV[k]);
+    }
     float dloss = 1.0f / (float)Nv;
-    float* ref_dlogits = host_copy(logits, Nv * Vp);
-    float* ref_losses = host_alloc(Nv);
-    cpu::fused_classifier(ref_dlogits, ref_losses, weights, targets, dloss, Bv, Tv, V, Vp, 1);
+    size_t max_logits = Nb * Vp;
+    for (int k = 0; k < nconf; k++) {
+        ref_dlogits[k] = host_copy(logits[k], Nv * confVp[k]);
+        ref_losses[k] = host_alloc(Nv);
+        cpu::fused_classifier(ref_dlogits[k], ref_losses[k], weights, targets[k], dloss, Bv, Tv, confV[k], confVp[k], 1);
+        d_targets[k] = to_device_int(targets[k], k == 0 ? Nb : Nv);
+        max_logits = std::max(max_logits, Nv * confVp[k]);
+    }
 
-    floatX* d_logits = dev_alloc<floatX>(Nb * Vp);
+    floatX* d_logits = dev_alloc<floatX>(max_logits);
     float* d_losses = dev_alloc<float>(Nb);
     float* d_weights = to_device_float(weights, Nb);
-    int* d_targets = to_device_int(targets, Nb);
     float* bench_logits = make_random_normal(Nb * Vp, 2.0f);
 
     float atol = (LAB_BF16 ? 1e-3f : 1e-5f) * dloss, rtol = LAB_BF16 ? 1e-2f : 1e-4f;
@@ -122,21 +145,27 @@ int main(int argc, char** argv) {
     for (int v = 1; v <= NVERSIONS; v++) {
         if (!lab_selected(selected, v)) { continue; }
         printf("version %d\n", v);
-        upload_floatX(d_logits, logits, Nv * Vp);
-        labCheck(cudaMemset(d_losses, 0xff, Nb * sizeof(float)));
-        run_version(v, d_logits, d_losses, d_weights, d_targets, dloss, Bv, Tv, V, Vp);
-        labCheck(cudaDeviceSynchronize());
-        int ok = validate_result(d_losses, ref_losses, Nv, "losses", 1e-3f, 1e-4f);
-        ok &= validate_result(d_logits, ref_dlogits, Nv * Vp, "dlogits", atol, rtol);
-        lab_report("classifier", v, "(losses and dlogits with loss weights, vs llmc/cpu)", ok);
+        int ok = 1;
+        for (int k = 0; k < nconf; k++) {
+            if (nconf > 1) { printf("  V=%d Vp=%d\n", confV[k], confVp[k]); }
+            upload_floatX(d_logits, logits[k], Nv * confVp[k]);
+            labCheck(cudaMemset(d_losses, 0xff, Nb * sizeof(float)));
+            run_version(v, d_logits, d_losses, d_weights, d_targets[k], dloss, Bv, Tv, confV[k], confVp[k]);
+            labCheck(cudaDeviceSynchronize());
+            ok &= validate_result(d_losses, ref_losses[k], Nv, "losses", 1e-3f, 1e-4f);
+            ok &= validate_result(d_logits, ref_dlogits[k], Nv * confVp[k], "dlogits", atol, rtol);
+        }
+        lab_report("classifier", v, nconf > 1 ? "(losses and dlogits with loss weights, vs llmc/cpu; V 1500 and 300)"
+                                              : "(losses and dlogits with loss weights, vs llmc/cpu)", ok);
         // the benchmark overwrites the logits with gradients; later repeats run on those (finite) values
         upload_floatX(d_logits, bench_logits, Nb * Vp);
         float ms = benchmark_ms(v == 1 ? 3 : 20, [&] {
-            run_version(v, d_logits, d_losses, d_weights, d_targets, 1.0f / Nb, Bb, Tb, V, Vp);
+            run_version(v, d_logits, d_losses, d_weights, d_targets[0], 1.0f / Nb, Bb, Tb, V, Vp);
         });
         print_bench("classifier", v, ms, bytes, 0.0, dev);
     }
-    free(logits); free(targets); free(weights); free(ref_dlogits); free(ref_losses); free(bench_logits);
-    cudaFree(d_logits); cudaFree(d_losses); cudaFree(d_weights); cudaFree(d_targets);
+    for (int k = 0; k < nconf; k++) { free(logits[k]); free(targets[k]); free(ref_dlogits[k]); free(ref_losses[k]); cudaFree(d_targets[k]); }
+    free(weights); free(bench_logits);
+    cudaFree(d_logits); cudaFree(d_losses); cudaFree(d_weights);
     return lab_exit();
 }

@@ -2,6 +2,11 @@
 // random inputs, validation against the CPU reference, timing with CUDA events, and the
 // device's peak figures for the "ratio to the floor" column.
 //
+// Shapes: GPT-2 124M's by default (README.md). `--small` (and, by default, a build for the CPU
+// emulator, dev/emu: LLMC_EMU) selects small, awkward shapes that run in seconds there and
+// still reach every code path of every version (see each file's "Small shapes" line).
+// Under the emulator nothing is timed: its clock measures the host, not a GPU.
+//
 // Include it AFTER llmc/cuda/backend.cuh (every production kernel, floatX = __nv_bfloat16, or
 // float with -DENABLE_FP32, and backend_init). The lab's own error check is labCheck (the
 // backend's cudaCheck works too).
@@ -72,6 +77,15 @@ static inline void host_from_float(__nv_bfloat16* dst, float x) {
 // 1 when floatX is narrower than fp32: selects the bf16 tolerances
 static const int LAB_BF16 = sizeof(floatX) == 2;
 
+// 1 in a build for the CPU emulator (dev/emu): small shapes by default, nothing timed
+#ifdef LLMC_EMU
+static const int LAB_EMULATED = 1;
+#else
+static const int LAB_EMULATED = 0;
+#endif
+// 1: the small shapes (--small, or the emulator's default); set by lab_parse_version
+static int lab_small = LAB_EMULATED;
+
 // Round a host array to what a floatX tensor can hold, in place: the CPU reference then runs
 // on exactly the inputs the GPU sees, and the comparison measures only the kernel's error.
 static inline void round_to_floatX(float* x, size_t n) {
@@ -135,9 +149,11 @@ static inline float* host_copy(const float* src, size_t n) {
 // ---------------------------------------------------------------------------------------
 // Device buffers: allocate, upload host floats as floatX or float, download as floats.
 
+// (16 bytes of slack on a GPU; none under the emulator, so that its AddressSanitizer build reports
+// an access even one element past the end)
 template <class T> static inline T* dev_alloc(size_t n) {
     void* p = NULL;
-    labCheck(cudaMalloc(&p, n * sizeof(T) + 16));
+    labCheck(cudaMalloc(&p, n * sizeof(T) + (LAB_EMULATED ? 0 : 16)));
     return (T*)p;
 }
 static inline floatX* to_device_floatX(const float* host, size_t n) {
@@ -281,6 +297,10 @@ static inline DeviceInfo lab_device_init() {
     if (d.peak_bandwidth > 0) { printf("%.0f GB/s", d.peak_bandwidth / 1e9); } else { printf("n/a"); }
     printf(", peak dense %s ", LAB_BF16 ? "bf16 tensor (fp32 accumulate)" : "fp32");
     if (d.peak_flops > 0) { printf("%.1f TFLOP/s\n", d.peak_flops / 1e12); } else { printf("n/a (device not in the table)\n"); }
+    if (LAB_EMULATED) {
+        printf("emulated (dev/emu): %s shapes; versions are validated, not timed (emulated timings have no meaning)\n",
+               lab_small ? "small" : "full");
+    }
     return d;
 }
 
@@ -291,7 +311,9 @@ static inline DeviceInfo lab_device_init() {
 static char* lab_flush_buffer = NULL;
 static size_t lab_flush_bytes = 0;
 
+// Under the emulator: returns 0 without running anything (print_bench then says so).
 template <class F> static inline float benchmark_ms(int repeats, F&& fn) {
+    if (LAB_EMULATED) { return 0.0f; }
     if (lab_flush_buffer == NULL) {
         DeviceInfo d = get_device_info();
         lab_flush_bytes = std::max<size_t>(2 * d.l2_bytes, 1 << 20);
@@ -329,6 +351,11 @@ static const char* lab_kernel_name = "";
 
 static inline void print_bench(const char* kernel, int version, float ms, double bytes, double flops, const DeviceInfo& d) {
     double s = ms * 1e-3;
+    if (LAB_EMULATED) {   // no time, no GB/s, no % of peak: the emulator's clock is the host's
+        (void)s; (void)bytes; (void)flops; (void)d;
+        printf("  time %-22s v%d: not measured (CUDA emulator: emulated timings have no meaning)\n", kernel, version);
+        return;
+    }
     if (version >= 1 && version <= LAB_MAX_VERSIONS) { lab_times[version] = ms; lab_kernel_name = kernel; }
     printf("  time %-22s v%d: %9.4f ms", kernel, version, ms);
     if (flops > 0) {
@@ -344,20 +371,30 @@ static inline void print_bench(const char* kernel, int version, float ms, double
 }
 
 // ---------------------------------------------------------------------------------------
-// Command line and results: "./kernel" runs every version, "./kernel 2" only version 2.
-// Each version prints exactly one "PASS <kernel> v<k> ..." or "FAIL <kernel> v<k> ..." line.
+// Command line and results: "./kernel" runs every version, "./kernel 2" only version 2;
+// "--small" (in any position) picks the small shapes, "--full" GPT-2's (the default, except
+// under the emulator). Each version prints exactly one "PASS <kernel> v<k> ..." or
+// "FAIL <kernel> v<k> ..." line.
 
 static int lab_failures = 0;
 
 static inline int lab_parse_version(int argc, char** argv, int nversions) {
-    if (argc < 2) { return 0; }   // 0: all versions
-    char* end = NULL;
-    long v = strtol(argv[1], &end, 10);
-    if (end == argv[1] || *end != '\0' || v < 1 || v > nversions) {
-        fprintf(stderr, "usage: %s [version 1..%d]   (no argument: every version)\n", argv[0], nversions);
-        exit(2);
+    setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered even into a file or pipe: what was printed before a crash is kept
+    int version = 0;   // 0: all versions
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--small") == 0) { lab_small = 1; continue; }
+        if (strcmp(argv[i], "--full") == 0) { lab_small = 0; continue; }
+        char* end = NULL;
+        long v = strtol(argv[i], &end, 10);
+        if (version != 0 || end == argv[i] || *end != '\0' || v < 1 || v > nversions) {
+            fprintf(stderr, "usage: %s [version 1..%d] [--small | --full]   (no version: every version; --small: small\n"
+                            "       shapes, the default under the CPU emulator; --full: GPT-2 124M's, the default on a GPU)\n",
+                    argv[0], nversions);
+            exit(2);
+        }
+        version = (int)v;
     }
-    return (int)v;
+    return version;
 }
 static inline int lab_selected(int selected, int version) { return selected == 0 || selected == version; }
 

@@ -18,8 +18,10 @@
 // Tolerance (bf16): |err| <= 1e-2 + 1e-2|ref| (sums of up to ~800 N(0,1) values for the most
 // frequent token, fp32 accumulation, one bf16 rounding when added to the initial gradient).
 // fp32 build: 1e-4 + 1e-5|ref|. Shape B=8 T=1024 C=768, V=50257 (Vp=50304), skewed token ids.
+// Small shapes (--small, the emulator's default): B=3 T=37 C=104 (fewer channels than the 128
+// threads of a block in v1 and v3), V=1000 (Vp=1024): tokens 0..99 still repeat.
 //
-// ./encoder_backward [version]
+// ./encoder_backward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernel (the last version)
 #include "common.h"
 namespace cpu {
@@ -85,8 +87,9 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     int B = 8, T = 1024, C = 768, V = 50257, Vp = 50304;
+    if (lab_small) { B = 3; T = 37; C = 104; V = 1000; Vp = 1024; }
     size_t BT = (size_t)B * T, nwte = (size_t)Vp * C, nwpe = (size_t)T * C;
-    printf("encoder_backward: B=%d T=%d C=%d V=%d (validation and benchmark)\n", B, T, C, V);
+    printf("encoder_backward: B=%d T=%d C=%d V=%d (validation and benchmark%s)\n", B, T, C, V, lab_small ? ", small" : "");
 
     lab_seed(13);
     // skewed token ids: 10% token 0, 40% among 1..99, the rest uniform over the vocabulary

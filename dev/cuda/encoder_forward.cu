@@ -11,8 +11,10 @@
 //
 // Tolerance: out is the bf16 rounding of a sum of two bf16 values: |err| <= 1e-2|ref| + 1e-6
 // (fp32 build: 1e-6 + 1e-6|ref|).
+// Small shapes (--small, the emulator's default): B=3 T=37 C=104 (13 vectors of 8 bf16), V=1000:
+// B*T*C not a multiple of the 256-thread blocks.
 //
-// ./encoder_forward [version]
+// ./encoder_forward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (the last version)
 #include "common.h"
 namespace cpu {
@@ -67,8 +69,9 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     int B = 8, T = 1024, C = 768, V = 50257, Vp = 50304;
+    if (lab_small) { B = 3; T = 37; C = 104; V = 1000; Vp = 1024; }
     size_t N = (size_t)B * T * C;
-    printf("encoder_forward: B=%d T=%d C=%d V=%d (validation and benchmark)\n", B, T, C, V);
+    printf("encoder_forward: B=%d T=%d C=%d V=%d (validation and benchmark%s)\n", B, T, C, V, lab_small ? ", small" : "");
 
     lab_seed(5);
     int* inp = make_random_int((size_t)B * T, V);

@@ -10,8 +10,10 @@
 //   3  the production kernel, llmc/cuda/gelu.cuh
 //
 // Tolerance (bf16): |err| <= 5e-3*max|ref| + 1e-2|ref|. fp32 build: 1e-5*max|ref| + 1e-5|ref|.
+// Small shapes (--small, the emulator's default): B=3 T=37 C=104, N = B*T*4C + 5 = 46181 (the
+// tail of 5 elements, a partial last block).
 //
-// ./gelu_backward [version]
+// ./gelu_backward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (the last version)
 #include "common.h"
 namespace cpu {
@@ -72,8 +74,10 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     int B = 8, T = 1024, C = 768;
+    if (lab_small) { B = 3; T = 37; C = 104; }
     size_t N = (size_t)B * T * 4 * C + 5;
-    printf("gelu_backward: N = B*T*4C + 5 = %zu (B=%d T=%d C=%d), in place (dinp == dout)\n", N, B, T, C);
+    printf("gelu_backward: N = B*T*4C + 5 = %zu (B=%d T=%d C=%d), in place (dinp == dout)%s\n", N, B, T, C,
+           lab_small ? ", small" : "");
 
     lab_seed(4);
     float* inp = make_random_normal(N, 2.0f);

@@ -11,8 +11,10 @@
 //
 // Tolerance (bf16): |err| <= 5e-3 + 1e-2|ref| (bf16 output rounding; the CPU's tanh via exp
 // and the GPU's tanhf agree to ~3e-7). fp32 build: 1e-5 + 1e-5|ref|.
+// Small shapes (--small, the emulator's default): B=3 T=37 C=104, N = B*T*4C + 5 = 46181 (the
+// tail of 5 elements, a partial last block).
 //
-// ./gelu_forward [version]
+// ./gelu_forward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (the last version)
 #include "common.h"
 namespace cpu {
@@ -69,8 +71,10 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     int B = 8, T = 1024, C = 768;
+    if (lab_small) { B = 3; T = 37; C = 104; }
     size_t N = (size_t)B * T * 4 * C + 5;   // the MLP's 4C activations; +5 exercises the tail
-    printf("gelu_forward: N = B*T*4C + 5 = %zu (B=%d T=%d C=%d), validation and benchmark\n", N, B, T, C);
+    printf("gelu_forward: N = B*T*4C + 5 = %zu (B=%d T=%d C=%d), validation and benchmark%s\n", N, B, T, C,
+           lab_small ? ", small" : "");
 
     lab_seed(3);
     float* inp = make_random_normal(N, 2.0f);

@@ -18,8 +18,10 @@
 // Tolerance: |err| <= 1e-4 |ref| against the CPU's double-precision sum (fp32 partial sums of
 // ~500 values each; fp32 build the same).
 // Validation and benchmark on GPT-2 124M's 124,475,904 gradients.
+// Small shapes (--small, the emulator's default): n = 1,000,003 (the grids stay as they are:
+// about 2 values per thread, some threads one, the grid-stride loop still taken).
 //
-// ./global_norm [version]
+// ./global_norm [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernel (the last version)
 #include "common.h"
 namespace cpu {
@@ -85,12 +87,13 @@ int main(int argc, char** argv) {
     const int NVERSIONS = 3;
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
-    size_t n = 124475904;
-    printf("global_norm: n=%zu (GPT-2 124M), validation and benchmark\n", n);
+    size_t n = 124475904, big_every = 1000003;
+    if (lab_small) { n = 1000003; big_every = 100003; }
+    printf("global_norm: n=%zu (%s), validation and benchmark\n", n, lab_small ? "small" : "GPT-2 124M");
 
     lab_seed(12);
     float* grads = make_random_normal(n, 1e-3f);
-    for (size_t i = 0; i < n; i += 1000003) { grads[i] = round_to_bf16(0.5f); }   // a few large values
+    for (size_t i = 0; i < n; i += big_every) { grads[i] = round_to_bf16(0.5f); }   // a few large values
     float ref;
     cpu::global_norm_squared(&ref, grads, n);
     floatX* d_grads = to_device_floatX(grads, n);

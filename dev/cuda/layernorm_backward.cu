@@ -18,8 +18,11 @@
 //
 // Tolerances (bf16): dinp |err| <= 1e-2 + 1e-2|ref|; dweight, dbias |err| <= 5e-3*max|ref| +
 // 1e-2|ref| (sums of 8192 terms whose bf16 result keeps 0.4% relative precision).
+// Small shapes (--small, the emulator's default): B=3 T=101 C=100: 303 rows (two 256-row tiles,
+// the second partial; not a multiple of 8 rows per block), C=100: the last 32-channel block
+// partial.
 //
-// ./layernorm_backward [version]
+// ./layernorm_backward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (the last version)
 #include "common.h"
 namespace cpu {
@@ -166,8 +169,9 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     int B = 8, T = 1024, C = 768;
+    if (lab_small) { B = 3; T = 101; C = 100; }
     size_t N = (size_t)B * T;
-    printf("layernorm_backward: B=%d T=%d C=%d (validation and benchmark)\n", B, T, C);
+    printf("layernorm_backward: B=%d T=%d C=%d (validation and benchmark%s)\n", B, T, C, lab_small ? ", small" : "");
 
     lab_seed(2);
     float* inp = make_random_normal(N * C, 1.0f);

@@ -14,8 +14,10 @@
 //
 // Tolerances (bf16 build): out |err| <= 1e-2 + 1e-2|ref| (bf16 keeps 8 significant bits:
 // 0.4% relative rounding per value); mean, rstd (fp32) |err| <= 1e-5 + 1e-4|ref|.
+// Small shapes (--small, the emulator's default): B=3 T=101 C=100: 303 rows (not a multiple of
+// the 8 rows of a block), C not a multiple of the 32 lanes.
 //
-// ./layernorm_forward [version]
+// ./layernorm_forward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production kernels (the last version)
 #include "common.h"
 namespace cpu {
@@ -90,8 +92,9 @@ int main(int argc, char** argv) {
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
     int B = 8, T = 1024, C = 768;
+    if (lab_small) { B = 3; T = 101; C = 100; }
     size_t N = (size_t)B * T;
-    printf("layernorm_forward: B=%d T=%d C=%d (validation and benchmark)\n", B, T, C);
+    printf("layernorm_forward: B=%d T=%d C=%d (validation and benchmark%s)\n", B, T, C, lab_small ? ", small" : "");
 
     lab_seed(1);
     float* inp = make_random_normal(N * C, 1.0f);

@@ -16,10 +16,13 @@
 //
 // Tolerances (bf16): dinp, dweight, dbias |err| <= 5e-3*max|ref| + 1e-2|ref| (fp32 sums of
 // up to 3072 terms rounded once to bf16). fp32 build: 1e-5*max|ref| + 1e-4|ref|.
+// Small shapes (--small, the emulator's default): B=3 T=101 C=72 OC=200 for both: BT = 303 rows
+// (two 256-row dbias tiles, the second partial; dweight's K = 303 not a multiple of 16), OC = 200
+// not a multiple of the 64-wide tiles nor of 32 columns; C and OC multiples of 8 (cuBLAS).
 //
-// ./matmul_backward [version]
-#include <cublas_v2.h>
+// ./matmul_backward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production matmul (the last version)
+#include <cublas_v2.h>   // after the backend: cuda_runtime.h first (the emulator's, dev/emu, must come first)
 #include "common.h"
 #include "matmul_lab.cuh"
 namespace cpu {
@@ -107,7 +110,9 @@ int main(int argc, char** argv) {
     DeviceInfo dev = lab_device_init();
     int C = 768, OC = 3072;
     int Bv = 4, Tv = 256, Bb = 8, Tb = 1024;
-    printf("matmul_backward: C=%d OC=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", C, OC, Bv, Tv, Bb, Tb);
+    if (lab_small) { C = 72; OC = 200; Bv = Bb = 3; Tv = Tb = 101; }
+    printf("matmul_backward: C=%d OC=%d; validation B=%d T=%d, benchmark B=%d T=%d%s\n", C, OC, Bv, Tv, Bb, Tb,
+           lab_small ? " (small)" : "");
 
     lab_seed(9);
     size_t BTv = (size_t)Bv * Tv, BTb = (size_t)Bb * Tb;

@@ -14,10 +14,13 @@
 // Tolerance (bf16): |err| <= 1e-2 + 1e-2|ref| (out ~ N(0,1); fp32 accumulation over C=768 of the
 // same bf16 inputs as the reference, so only the final bf16 rounding, 0.4%, shows). fp32 build:
 // 1e-4 + 1e-4|ref|.
+// Small shapes (--small, the emulator's default): B=3 T=101 C=72 OC=200 for both: M = BT = 303
+// and N = OC = 200 not multiples of the 64-wide tiles, K = C = 72 not a multiple of the 16-deep
+// slabs; C and OC multiples of 8 (16-byte rows of bf16, as cuBLAS wants them).
 //
-// ./matmul_forward [version]
-#include <cublas_v2.h>
+// ./matmul_forward [version] [--small]
 #include "../../llmc/cuda/backend.cuh"   // the production matmul (the last version)
+#include <cublas_v2.h>   // after the backend: cuda_runtime.h first (the emulator's, dev/emu, must come first)
 #include "common.h"
 #include "matmul_lab.cuh"
 namespace cpu {
@@ -55,7 +58,9 @@ int main(int argc, char** argv) {
     DeviceInfo dev = lab_device_init();
     int C = 768, OC = 3072;
     int Bv = 4, Tv = 256, Bb = 8, Tb = 1024;
-    printf("matmul_forward: C=%d OC=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", C, OC, Bv, Tv, Bb, Tb);
+    if (lab_small) { C = 72; OC = 200; Bv = Bb = 3; Tv = Tb = 101; }
+    printf("matmul_forward: C=%d OC=%d; validation B=%d T=%d, benchmark B=%d T=%d%s\n", C, OC, Bv, Tv, Bb, Tb,
+           lab_small ? " (small)" : "");
 
     lab_seed(8);
     size_t BTv = (size_t)Bv * Tv, BTb = (size_t)Bb * Tb;
