@@ -424,7 +424,12 @@ static void report_deadlock() {
     exit(1);
 }
 
-static void run_block(const Config& cfg, int nthreads, std::vector<int>& order) {
+// Runs one block. Warp by warp: a warp's lanes run until every one of them waits at
+// __syncthreads or has finished (through as many shuffles as they meet), then the next warp
+// runs. A warp thus gets as far ahead of the others as the barriers allow, which is what
+// exposes a missing __syncthreads (e.g. shared scratch reused before the other warps have read
+// it). The order of the warps and of the lanes within one is forward, reverse or random.
+static void run_block(int nthreads, std::vector<int>& warp_order, std::vector<int>& lane_order) {
     blk.live = nthreads;
     blk.arrived = 0;
     blk.poisoned.clear();
@@ -441,23 +446,31 @@ static void run_block(const Config& cfg, int nthreads, std::vector<int>& order) 
         wp.kind = NULL;
         wp.gen = 0;
     }
-    (void)cfg;
     while (blk.live > 0) {
-        if (order_mode == 2) { std::shuffle(order.begin(), order.end(), order_rng); }
+        if (order_mode == 2) {
+            std::shuffle(warp_order.begin(), warp_order.end(), order_rng);
+            std::shuffle(lane_order.begin(), lane_order.end(), order_rng);
+        }
         bool progress = false;
-        for (int i : order) {
-            Thread& t = blk.threads[i];
-            if (t.state == T_NEW) { fiber_start(&t); }
-            if (t.state == T_RUNNABLE) {
-                switch_in(&t);
-                progress = true;
+        for (int w : warp_order) {
+            bool again = true;
+            while (again) {
+                again = false;
+                for (int l : lane_order) {
+                    if (l >= blk.warps[w].nlanes) { continue; }
+                    Thread& t = blk.threads[w * 32 + l];
+                    if (t.state == T_NEW) { fiber_start(&t); }
+                    if (t.state != T_RUNNABLE) { continue; }
+                    switch_in(&t);
+                    again = progress = true;
 #ifdef EMU_ASAN
-                if (t.state == T_DONE) {   // the frames still live on its stack at exit leave poisoned shadow
-                    char* top = t.stack.base + t.stack.size;
-                    char* low = (char*)t.sp - 256 > t.stack.base ? (char*)t.sp - 256 : t.stack.base;
-                    ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
-                }
+                    if (t.state == T_DONE) {   // the frames still live on its stack at exit leave poisoned shadow
+                        char* top = t.stack.base + t.stack.size;
+                        char* low = (char*)t.sp - 256 > t.stack.base ? (char*)t.sp - 256 : t.stack.base;
+                        ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
+                    }
 #endif
+                }
             }
         }
         if (!progress && blk.live > 0) { report_deadlock(); }
@@ -486,17 +499,18 @@ void run_grid(const Config& cfg, const void* kernel, Body body, void* ctx) {
     current.block_dim = b;
     kernel_body = body;
     kernel_ctx = ctx;
-    blk.threads.assign(nthreads, Thread());
     int nwarps = (int)((nthreads + 31) / 32);
+    blk.threads.assign(nthreads, Thread());
     blk.warps.assign(nwarps, Warp());
-    std::vector<int> order(nthreads);
     for (size_t i = 0; i < nthreads; i++) {
         Thread& t = blk.threads[i];
         t.idx = make_uint3((unsigned)(i % b.x), (unsigned)((i / b.x) % b.y), (unsigned)(i / ((size_t)b.x * b.y)));
         t.warp = (int)(i / 32);
         t.lane = (int)(i % 32);
-        order[i] = order_mode == 1 ? (int)(nthreads - 1 - i) : (int)i;
     }
+    std::vector<int> warp_order(nwarps), lane_order(32);
+    for (int w = 0; w < nwarps; w++) { warp_order[w] = order_mode == 1 ? nwarps - 1 - w : w; }
+    for (int l = 0; l < 32; l++) { lane_order[l] = order_mode == 1 ? 31 - l : l; }
     for (int w = 0; w < nwarps; w++) {
         int n = (int)std::min<size_t>(32, nthreads - (size_t)w * 32);
         blk.warps[w].nlanes = n;
@@ -513,7 +527,7 @@ void run_grid(const Config& cfg, const void* kernel, Body body, void* ctx) {
     for (size_t k = 0; k < nblocks; k++) {
         size_t bi = order_mode == 1 ? nblocks - 1 - k : k;   // blocks in the same order as threads
         current.block_idx = make_uint3((unsigned)(bi % g.x), (unsigned)((bi / g.x) % g.y), (unsigned)(bi / ((size_t)g.x * g.y)));
-        run_block(cfg, (int)nthreads, order);
+        run_block((int)nthreads, warp_order, lane_order);
     }
     free(blk.smem);
     blk.smem = NULL;

@@ -8,6 +8,7 @@
 #endif
 // __shared__ variables become static: the blocks of a launch run one after the other on one
 // host thread, so one copy serves each block in turn (cuda_emu.h poisons it per block).
+#undef __shared__   // a toolkit header included earlier may have defined it (as nothing)
 #define __shared__ static
 #include_next <cuda_runtime.h>
 #include "../cuda_emu.h"
