@@ -1,10 +1,14 @@
 // The device path of llmc/comm/ (CUDA build): native and ring collectives on device buffers,
 // over both wires (NCCL, and staged MPI through host copies), bit for bit against the result
-// computed locally on the host, and the ring's counted bytes against its formula.
+// computed locally on the host, and the ring's counted bytes against its formula; then, on
+// random (order-sensitive) values, every collective on device buffers bit for bit against the
+// same call on host buffers over a host communicator (MPI itself for the native ones).
 //
-// Needs one GPU per rank for the NCCL wire (ranks sharing a GPU fall back to the staged wire,
-// which is what comm_enable_device detects). Built by scripts/nvcc_check.sh with nvcc, NCCL and
-// MPI; never run in CI, which has no GPU:
+// Needs one GPU per rank for the NCCL wire: when ranks share a GPU, comm_enable_device falls
+// back to the staged wire, and the NCCL pass prints a SKIP line (not counted as PASS) instead
+// of repeating the staged one. Built by scripts/nvcc_check.sh with nvcc, NCCL and MPI, and by
+// `make build/emu/test_collectives_device` for the CPU emulator (dev/emu/: every emulated rank
+// shares the one emulated GPU, so only the staged wire runs; test/test_emu_collectives.sh):
 //   mpirun -np 2 ./test_collectives_device      one PASS/FAIL line per group and wire
 #ifdef LLMC_CPU
 #include <stdio.h>
@@ -141,14 +145,102 @@ static void test_movement(Comm* c) {
     report(c, "broadcast/allgather/reduce_scatter native on device buffers", cases, failed);
 }
 
+// random values: every bit of the result depends on the order of the additions, so the device
+// path must take the host path's order (MPI's, for the native collectives) and its arithmetic
+static uint32_t mix(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+static void fill_random(void* buf, size_t n, CommType t, int rank, int salt) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = mix((uint32_t)i * 2654435761u ^ mix((uint32_t)(rank * 977 + salt)));
+        // mantissa random, exponent over 2^-12..2^3: sums round differently in every order
+        float x = ldexpf((float)(h & 0xffffff) / (float)0x1000000 + 0.5f, (int)((h >> 24) % 16) - 12);
+        if (h & 0x80000000u) { x = -x; }
+        if (t == COMM_FP32) { ((float*)buf)[i] = x; }
+        else if (t == COMM_INT32) { ((int32_t*)buf)[i] = (int32_t)h; }   // int sums wrap
+        else { ((uint16_t*)buf)[i] = float_to_bf16(x); }
+    }
+}
+
+// every collective on device buffers (device communicator d) against the same call on host
+// buffers (host communicator h, the same ranks): equal bit for bit
+static void test_vs_host(Comm* d, Comm* h) {
+    int p = d->size;
+    long cases = 0, failed = 0;
+    for (CommType t : TYPES) {
+        size_t es = comm_type_size(t);
+        for (size_t n : {(size_t)1, (size_t)(3 * p + 1), (size_t)1009, (size_t)(1u << 16) + 5}) {
+            size_t bytes = n * es, off = comm_block_offset(n, p, d->rank), mine = comm_block_count(n, p, d->rank);
+            std::vector<char> in(bytes + 1), host(bytes + 1), got(bytes + 1);
+            void *din = NULL, *dout = NULL;
+            check(d, "cudaMalloc", cudaMalloc(&din, bytes));
+            check(d, "cudaMalloc", cudaMalloc(&dout, bytes));
+            for (int kind = 0; kind < 5; kind++) {
+                for (CommOp op : OPS) {
+                    if (kind >= 3 && op != COMM_SUM) { continue; }   // movement: no op
+                    fill_random(in.data(), n, t, d->rank, kind * 4 + (int)op);
+                    std::fill(host.begin(), host.end(), 0);
+                    check(d, "cudaMemcpy", cudaMemcpy(din, in.data(), bytes, cudaMemcpyHostToDevice));
+                    check(d, "cudaMemset", cudaMemset(dout, 0, bytes));
+                    size_t cmp_off = 0, cmp_n = n;
+                    if (kind == 0) {
+                        allreduce_native(h, in.data(), host.data(), n, t, op);
+                        allreduce_native(d, din, dout, n, t, op);
+                    } else if (kind == 1) {
+                        allreduce_ring(h, in.data(), host.data(), n, t, op);
+                        allreduce_ring(d, din, dout, n, t, op);
+                    } else if (kind == 2) {   // reduce-scatter: rank r's block
+                        reduce_scatter_native(h, in.data(), host.data() + off * es, n, t, op);
+                        reduce_scatter_native(d, din, comm_at(dout, off, t), n, t, op);
+                        cmp_off = off, cmp_n = mine;
+                    } else if (kind == 3) {   // all-gather of rank r's block of its own values
+                        allgather_native(h, in.data() + off * es, host.data(), n, t);
+                        allgather_native(d, comm_at(din, off, t), dout, n, t);
+                    } else {
+                        reduce_scatter_ring(h, in.data(), host.data() + off * es, n, t, COMM_SUM);
+                        reduce_scatter_ring(d, din, comm_at(dout, off, t), n, t, COMM_SUM);
+                        cmp_off = off, cmp_n = mine;
+                    }
+                    check(d, "cudaMemcpy", cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+                    cases++;
+                    failed += cmp_n > 0 && memcmp(got.data() + cmp_off * es, host.data() + cmp_off * es, cmp_n * es) != 0;
+                }
+            }
+            cudaFree(din);
+            cudaFree(dout);
+        }
+    }
+    report(d, "random values: device buffers = host buffers bit for bit (allreduce native/ring, reduce_scatter native/ring, allgather)",
+           cases, failed);
+}
+
 int main(int argc, char** argv) {
     Comm world = comm_init_world(&argc, &argv);
     comm_select_device(&world);
     for (int staged = 0; staged < 2; staged++) {
         Comm c = comm_split(&world, 0, world.rank, staged ? "device-staged" : "device");
         comm_enable_device(&c, staged);
+        if (!staged && c.staged) {
+            // no NCCL here: the ranks share a GPU (always so under the CPU emulator), so this pass
+            // would repeat the staged one below
+            if (c.rank == 0) {
+                printf("SKIP nccl wire p=%d: the ranks share a GPU%s, so comm_enable_device picked the staged wire "
+                       "(tested below); NCCL needs one GPU per rank\n", c.size,
+#ifdef LLMC_EMU
+                       " (CPU emulator)"
+#else
+                       ""
+#endif
+                );
+                fflush(stdout);
+            }
+            comm_free(&c);
+            continue;
+        }
         test_allreduce(&c);
         test_movement(&c);
+        test_vs_host(&c, &world);
         barrier_native(&c);
         comm_free(&c);
     }
