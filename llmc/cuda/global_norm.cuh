@@ -1,8 +1,9 @@
 // Sum of squares of the gradients, for the global norm used in clipping (llmc/cpu/global_norm.h).
-// Deterministic: a fixed grid (GN_BLOCKS x GN_THREADS, the same on every GPU) strides over the
-// array, each thread accumulating in fp32 (a few hundred elements each for GPT-2 124M), each
-// block sums its threads in a fixed tree and writes one partial; a single block then adds the
-// GN_BLOCKS partials in double, in a fixed tree. out is one float on the device.
+// Deterministic: a grid that depends only on the count (GN_BLOCKS x GN_THREADS, or fewer blocks
+// for fewer than GN_BLOCKS * GN_THREADS values; the same on every GPU) strides over the array,
+// each thread accumulating in fp32 (a few hundred elements each for GPT-2 124M), each block sums
+// its threads in a fixed tree and writes one partial; a single block then adds the partials in
+// double, in a fixed tree. out is one float on the device.
 #pragma once
 
 #include "common.cuh"
@@ -36,8 +37,12 @@ static inline void global_norm_squared(float* out, const floatX* values, size_t 
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     float* partial = (float*)scratch_reserve(&scratch, &scratch_cap, GN_BLOCKS * sizeof(float));
-    global_norm_partial_kernel<<<GN_BLOCKS, GN_THREADS>>>(partial, values, count);
+    // GN_BLOCKS blocks, fewer for a small array: the data-parallel optimizer asks for the norm
+    // of every segment of every layer, and 262,144 threads to add a few thousand squares are waste
+    size_t wanted = ceil_div(count, (size_t)GN_THREADS);
+    int blocks = (int)(wanted < 1 ? 1 : (wanted > GN_BLOCKS ? GN_BLOCKS : wanted));
+    global_norm_partial_kernel<<<blocks, GN_THREADS>>>(partial, values, count);
     cudaCheckLaunch();
-    global_norm_final_kernel<<<1, GN_BLOCKS>>>(out, partial, GN_BLOCKS);
+    global_norm_final_kernel<<<1, GN_BLOCKS>>>(out, partial, blocks);
     cudaCheckLaunch();
 }
