@@ -1,11 +1,15 @@
 # Build, train and test. On a machine without a GPU everything runs on the CPU backend.
 #   make train        the default job: arithmetic data, tiny GPT-2, CPU, a few minutes
 #   make test         every test; the last line is "N passed, M failed"
+#   make test-fast    the fast tier of the tests (a few minutes), for the edit loop
 #   make bench-cpu    GPT-2 124M training step on all cores and on one core
 #   make bench-comm   collbench: every all-reduce algorithm vs MPI's, 2 and 4 ranks (needs mpicxx)
 #   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
 #   make collbenchcu  collbench on GPU buffers (nvcc + MPI + NCCL; needs a GPU to run)
 #   make train_gpt2cu test_gpt2cu   the CUDA backend (PRECISION=BF16|FP32, GPU_ARCH=90; needs a GPU to run)
+# make train, make test and make test-fast first install what they need and is missing
+# (scripts/install_deps.sh --auto: as root or with password-less sudo; otherwise they print the
+# command to run and stop). make train-noinstall, test-noinstall, test-fast-noinstall skip that.
 # Options: OPENBLAS=1 (matmuls through OpenBLAS), NO_MPI=1, CXX=..., PYTHON=...
 
 CXX ?= g++
@@ -16,10 +20,14 @@ LDLIBS_CPU = -lm
 HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h llmc/parallel/*.h llmc/comm/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 
-# --- prerequisites, each found or reported once
-ifeq ($(shell command -v $(CXX) 2>/dev/null),)
-  $(error C++ compiler '$(CXX)' not found: install it with 'apt-get install g++' (or run scripts/install_deps.sh))
+# --- prerequisites, each found or reported once. The compiler is not checked for the goals
+# that install it first (train, test, test-fast: they run make again once it is there).
+ifeq ($(filter train test test-fast,$(MAKECMDGOALS)),)
+  ifeq ($(shell command -v $(CXX) 2>/dev/null),)
+    $(error C++ compiler '$(CXX)' not found: install it with 'apt-get install g++' (or run scripts/install_deps.sh))
+  endif
 endif
+CXX_VERSION := $(shell $(CXX) -dumpfullversion -dumpversion 2>/dev/null)
 
 # MPI: used when mpicxx is found (multi-rank runs arrive with the collectives issue)
 MPICXX := $(shell command -v mpicxx 2>/dev/null)
@@ -48,53 +56,79 @@ ifeq ($(OPENBLAS),1)
 else
   BLAS_NOTE = matmul: our blocked kernel
 endif
+# the single-process tests: the same flags without MPI
+CXXFLAGS_SERIAL = $(filter-out -DUSE_MPI -DOMPI_SKIP_MPICXX,$(CXXFLAGS_CPU))
 
 NVCC_FOUND := $(NVCC)
 
-.PHONY: all train test bench-cpu bench-comm nvcc-check data clean info
+# --- the build configuration of each binary: build/config/NAME.flags holds what NAME is built
+# with (compiler and its version, flags, libraries: MPI or not, OpenBLAS, precision, ...), set
+# by a line "build/config/NAME.flags: CONFIG = ..." beside NAME's rule. The file is rewritten
+# only when that text changes, and NAME depends on it, so NAME is rebuilt when its
+# configuration changes (train_gpt2cpu built before MPI was installed gets MPI on the next
+# make) and not otherwise.
+build/config/%.flags: FORCE
+	@mkdir -p $(@D)
+	@if [ "$$(cat $@ 2>/dev/null)" != '$(strip $(CONFIG))' ]; then \
+	  if [ -e $@ ]; then echo "$*: the build configuration changed, rebuilding"; fi; \
+	  echo '$(strip $(CONFIG))' >$@; fi
+.PHONY: FORCE
+
+.PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
+  nvcc-check data clean info
 
 all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
 
-train_gpt2cpu: train_gpt2.cu $(HEADERS)
+train_gpt2cpu: train_gpt2.cu $(HEADERS) build/config/train_gpt2cpu.flags
 	$(CPU_CC) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+build/config/train_gpt2cpu.flags: CONFIG = $(CPU_CC) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
 
-test_gpt2cpu: test/test_gpt2.cu $(HEADERS)
-	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+test_gpt2cpu: test/test_gpt2.cu $(HEADERS) build/config/test_gpt2cpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 
-test_kernelscpu: test/test_kernels.cu $(HEADERS)
-	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+test_kernelscpu: test/test_kernels.cu $(HEADERS) build/config/test_kernelscpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 
 # generation with a KV cache (llmc/generate.h) against the full forward
-test_generatecpu: test/test_generate.cu $(HEADERS)
-	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+test_generatecpu: test/test_generate.cu $(HEADERS) build/config/test_generatecpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 
 # the SFT data loader (llmc/sft.h), run by test/test_sft.sh
-test_sftcpu: test/test_sft.cu $(HEADERS)
-	$(CXX) $(filter-out -DUSE_MPI,$(CXXFLAGS_CPU)) $< -o $@ $(LDLIBS_CPU)
+test_sftcpu: test/test_sft.cu $(HEADERS) build/config/test_sftcpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+
+build/config/test_gpt2cpu.flags build/config/test_kernelscpu.flags build/config/test_generatecpu.flags \
+build/config/test_sftcpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
 # the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
-test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS)
+test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS) build/config/test_collectivescpu.flags
 	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
 
 # collbench: the collectives timed nccl-tests style (doc/collectives.md)
-collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS)
+collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS) build/config/collbenchcpu.flags
 	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+
+build/config/test_collectivescpu.flags build/config/collbenchcpu.flags: \
+  CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
 
 # collbench on device buffers (NCCL or the host-staged wire; doc/collectives.md): needs nvcc,
 # mpicxx and NCCL (NCCL_HOME=... when nccl.h/libnccl are not in nvcc's paths). Not part of
 # all or test: there is no GPU to run it on in CI.
-collbenchcu: collbench.cu $(HEADERS) $(COMM_HEADERS) llmc/comm/reduce_local.cuh
+COLLBENCHCU_FLAGS = -std=c++17 -O3 -DUSE_MPI -DOMPI_SKIP_MPICXX $(filter -I%,$(shell $(MPICXX) --showme:compile)) \
+  $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)
+COLLBENCHCU_LIBS = $(shell $(MPICXX) --showme:link) -lnccl
+collbenchcu: collbench.cu $(HEADERS) $(COMM_HEADERS) llmc/comm/reduce_local.cuh build/config/collbenchcu.flags
 ifeq ($(NVCC_FOUND),)
 	@echo "skipping collbenchcu: nvcc not found (install the CUDA toolkit)"
 else ifeq ($(MPICXX),)
 	@echo "skipping collbenchcu: mpicxx not found (apt-get install libopenmpi-dev)"
 else
-	$(NVCC) -std=c++17 -O3 -DUSE_MPI -DOMPI_SKIP_MPICXX $(filter -I%,$(shell $(MPICXX) --showme:compile)) \
-	  $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib) $< -o $@ $(shell $(MPICXX) --showme:link) -lnccl
+	$(NVCC) $(COLLBENCHCU_FLAGS) $< -o $@ $(COLLBENCHCU_LIBS)
 endif
+build/config/collbenchcu.flags: CONFIG = $(NVCC) $(if $(MPICXX),$(COLLBENCHCU_FLAGS) $(COLLBENCHCU_LIBS))
 
 # the default dataset: offline, Python standard library only
 data: data/arithmetic/train_000000.bin data/arithmetic/sft_train_000000.bin
@@ -106,12 +140,29 @@ data/arithmetic/train_000000.bin: dev/data/arithmetic.py dev/data/data_common.py
 data/arithmetic/sft_train_000000.bin: data/arithmetic/train_000000.bin
 	@test -f $@ || $(PYTHON) dev/data/arithmetic.py --out-dir data/arithmetic
 
+# make train, make test, make test-fast: install what is missing (scripts/install_deps.sh),
+# then make again, so that the build sees what was installed (mpicxx is looked up when the
+# Makefile is read)
+train:
+	@bash scripts/install_deps.sh --auto --train
+	@$(MAKE) --no-print-directory train-noinstall
+test:
+	@bash scripts/install_deps.sh --auto
+	@$(MAKE) --no-print-directory test-noinstall
+test-fast:
+	@bash scripts/install_deps.sh --auto
+	@$(MAKE) --no-print-directory test-fast-noinstall
+
 # the default job: the tiny model on arithmetic, on the CPU
-train: info train_gpt2cpu data
+train-noinstall: info train_gpt2cpu data
 	./train_gpt2cpu --save data/arithmetic/model.bin
 
-test: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS) data
+# the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
+# prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS) data
+	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul
 	@bash scripts/bench_cpu.sh
@@ -131,8 +182,10 @@ endif
 # our matmul against the naive loop (validation) and against OpenBLAS (speed), when present
 BENCH_BLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DLLMC_OPENBLAS $$(pkg-config --cflags openblas)")
 BENCH_BLAS_LIBS := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
-bench_matmul: dev/cpu/bench_matmul.cpp llmc/cpu/matmul.h
-	$(CXX) -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra $(BENCH_BLAS) $< -o $@ $(BENCH_BLAS_LIBS)
+BENCH_FLAGS = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra $(BENCH_BLAS)
+bench_matmul: dev/cpu/bench_matmul.cpp llmc/cpu/matmul.h build/config/bench_matmul.flags
+	$(CXX) $(BENCH_FLAGS) $< -o $@ $(BENCH_BLAS_LIBS)
+build/config/bench_matmul.flags: CONFIG = $(CXX) $(BENCH_FLAGS) $(BENCH_BLAS_LIBS) ($(CXX_VERSION))
 
 # ---- the CUDA backend (llmc/cuda/, doc/cuda-backend.md): make train_gpt2cu test_gpt2cu
 #   PRECISION=BF16 (default) or FP32; GPU_ARCH=90 (or sm_90) to pick the GPU, otherwise the
@@ -175,14 +228,16 @@ define cuda_prereqs
 	@echo "nvcc: $(NVCC), precision $(PRECISION), GPU arch: $(if $(GPU_ARCH_USED),sm_$(GPU_ARCH_USED),none detected: sm_80 + sm_90)"
 endef
 
-train_gpt2cu: train_gpt2.cu $(CUDA_HEADERS)
+train_gpt2cu: train_gpt2.cu $(CUDA_HEADERS) build/config/train_gpt2cu.flags
 	$(cuda_prereqs)
 	@echo "train_gpt2cu: $(CUDA_MPI_NOTE)"
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_MPI_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS) $(CUDA_MPI_LIBS)
+build/config/train_gpt2cu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_MPI_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS) $(CUDA_MPI_LIBS)
 
-test_gpt2cu: test/test_gpt2.cu $(CUDA_HEADERS)
+test_gpt2cu: test/test_gpt2.cu $(CUDA_HEADERS) build/config/test_gpt2cu.flags
 	$(cuda_prereqs)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
+build/config/test_gpt2cu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
 
 nvcc-check:
 ifeq ($(NVCC_FOUND),)

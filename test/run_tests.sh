@@ -1,25 +1,98 @@
 #!/usr/bin/env bash
-# Runs every test of the project and counts the PASS/FAIL lines they print.
-# The last line is "N passed, M failed"; the exit status is 0 only when M is 0.
-# Each suite's full output is kept in build/test-logs/.
+# Runs the tests and counts the PASS/FAIL lines they print (make test, make test-fast).
+#   bash test/run_tests.sh            every suite
+#   bash test/run_tests.sh --fast     the fast tier: a few minutes, for the edit loop
+#   bash test/run_tests.sh NAME...    the named suites only
+# The suites run in two lanes side by side (LANES=1: one after the other). Each suite's full
+# output goes to build/test-logs/NAME.log; its PASS/FAIL lines are printed in the order of
+# the table below, each suite as soon as it and the ones above it are done.
+# The last line is "N passed, M failed"; the exit status is 0 only when M is 0. A suite that
+# exits non-zero without printing a FAIL line (a crash, a missing prerequisite) counts as one
+# failure.
 set -u
 cd "$(dirname "$0")/.."
-mkdir -p build/test-logs
+LOGS=build/test-logs
+mkdir -p "$LOGS"
+PY=${PYTHON:-python3}
+
+names=(); tiers=(); lanes=(); cmds=()
+suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
+
+# ---- the suites: one line each, "suite NAME TIER LANE COMMAND...".
+# TIER: fast (in make test-fast and make test) or full (make test only).
+# LANE: 1 or 2. The suites of a lane run one after another, the two lanes side by side; put
+# suites that write the same files (a build/ directory, a binary) in the same lane, and keep
+# the lanes about equally long (each suite's time is printed beside its name). The binaries
+# a suite runs are built by make before this script starts (Makefile: test-noinstall).
+# Measured alone on 2 idle cores: nvcc 330 s, data-parallel 95, tasks 85, collectives 55,
+# build-config 20, collbench 15, the others under 10 each.
+suite kernels       fast 1 ./test_kernelscpu
+suite reference     fast 2 bash test/test_reference.sh
+suite trainer       fast 1 bash test/test_trainer.sh
+suite data          fast 1 "$PY" test/test_data.py
+suite generate      fast 1 ./test_generatecpu
+suite sft-data      fast 1 bash test/test_sft.sh
+suite collectives   fast 1 bash test/test_collectives.sh
+suite collbench     fast 2 bash test/test_collbench.sh
+suite data-parallel full 1 bash test/test_dp.sh
+suite tasks         full 1 bash test/test_tasks.sh
+suite build-config  full 1 bash test/test_build_config.sh
+suite nvcc          full 2 bash scripts/nvcc_check.sh
+
+# ---- which suites
+selected=()
+case "${1:-}" in
+    "") selected=("${!names[@]}") ;;
+    --fast) for i in "${!names[@]}"; do [ "${tiers[$i]}" = fast ] && selected+=("$i"); done ;;
+    *) for want in "$@"; do
+           found=0
+           for i in "${!names[@]}"; do [ "${names[$i]}" = "$want" ] && { selected+=("$i"); found=1; }; done
+           [ $found = 1 ] || { echo "error: no suite '$want' (suites: ${names[*]})"; exit 2; }
+       done ;;
+esac
+
+# ---- run them: each lane in the background; a suite leaves NAME.log and NAME.status
+# ("exit-status seconds") in build/test-logs
+run_lane() {
+    local lane=$1 i start
+    for i in "${selected[@]}"; do
+        [ "${lanes[$i]}" = "$lane" ] || continue
+        start=$SECONDS
+        eval "${cmds[$i]}" >"$LOGS/${names[$i]}.log" 2>&1 </dev/null
+        echo "$? $((SECONDS - start))" >"$LOGS/${names[$i]}.status.tmp"
+        mv "$LOGS/${names[$i]}.status.tmp" "$LOGS/${names[$i]}.status"
+    done
+}
+nlanes=${LANES:-2}
+if [ "$nlanes" = 1 ]; then for i in "${selected[@]}"; do lanes[$i]=1; done; fi
+for i in "${selected[@]}"; do rm -f "$LOGS/${names[$i]}.status"; done
+start=$SECONDS
+pids=()
+set -m   # each lane in its own process group, so that the trap below can stop it with its children
+for lane in $(printf '%s\n' "${lanes[@]}" | sort -u); do
+    run_lane "$lane" &
+    pids+=($!)
+done
+set +m
+# Ctrl-C or a kill stops the lanes too
+trap 'for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null; done; exit 130' INT TERM
+lanes_running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+
+# ---- print each suite's results in table order, as they come in
 passed=0
 failed=0
-
-# run NAME CMD...: run a suite, echo its PASS/FAIL lines, count them. A suite that exits
-# non-zero without printing a FAIL line (a crash, a missing prerequisite) counts as one failure.
-run() {
-    local name=$1; shift
-    local log=build/test-logs/$name.log
-    echo "== $name: $*"
-    "$@" >"$log" 2>&1
-    local rc=$?
-    local p f
+for i in "${selected[@]}"; do
+    name=${names[$i]}
+    log=$LOGS/$name.log
+    status=$LOGS/$name.status
+    while [ ! -e "$status" ] && lanes_running; do sleep 1; done
+    [ -e "$status" ] || echo "1 0" >"$status"   # its lane ended without it (killed)
+    [ -e "$log" ] || : >"$log"
+    read -r rc secs <"$status"
+    echo "== $name: ${cmds[$i]} (${secs} s)"
     p=$(grep -c '^PASS ' "$log")
     f=$(grep -c '^FAIL ' "$log")
-    grep -E '^(PASS|FAIL) ' "$log" | sed 's/^/   /'
+    grep -E '^(PASS|FAIL|SKIP|skipping) ' "$log" | sed 's/^/   /'
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "   FAIL $name exited with status $rc:"
         tail -5 "$log" | sed 's/^/      /'
@@ -29,25 +102,10 @@ run() {
     fi
     passed=$((passed + p))
     failed=$((failed + f))
-}
-
-run kernels ./test_kernelscpu
-run reference bash test/test_reference.sh
-run trainer bash test/test_trainer.sh
-run data python3 test/test_data.py
-run collectives bash test/test_collectives.sh
-run collbench bash test/test_collbench.sh
-run data-parallel bash test/test_dp.sh
-run generate ./test_generatecpu
-run sft-data bash test/test_sft.sh
-run tasks bash test/test_tasks.sh
-NVCC=$(command -v nvcc 2>/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
-if [ -n "$NVCC" ]; then
-    run nvcc bash scripts/nvcc_check.sh "$NVCC"
-else
-    echo "== nvcc: skipped, nvcc not found (install the CUDA toolkit to compile the .cu files with it)"
-fi
+done
+wait
 
 echo
+echo "tests took $((SECONDS - start)) s ($([ "$nlanes" = 1 ] && echo "one lane" || echo "two lanes side by side"))"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

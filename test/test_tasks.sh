@@ -12,6 +12,7 @@ set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+PY=${PYTHON:-python3}   # compare_runs.py and data_common need only the standard library
 dir=build/tasks-test
 rm -rf "$dir"
 mkdir -p "$dir"
@@ -39,7 +40,7 @@ run() {
 # same REF RUN LABEL [compare_runs flags]: the run equals the reference run
 same() {
     local ref=$1 name=$2 label=$3; shift 3
-    if out=$(/usr/bin/python3 test/compare_runs.py "$dir/$ref.log" "$dir/$ref.bin" "$dir/$name.log" "$dir/$name.bin" \
+    if out=$("$PY" test/compare_runs.py "$dir/$ref.log" "$dir/$ref.bin" "$dir/$name.log" "$dir/$name.bin" \
              --label "$label" "$@" 2>&1); then echo "$out"; else echo "$out" | grep -q '^FAIL' && echo "$out" || echo "FAIL $label: $out"; fails=$((fails + 1)); fi
 }
 
@@ -104,7 +105,7 @@ fi
 
 # ---- bad input: message, non-zero exit, no hang
 printf '' >"$dir/empty.txt"
-/usr/bin/python3 - "$dir" <<'EOF'
+"$PY" - "$dir" <<'EOF'
 import sys, os
 sys.path.insert(0, "dev/data")
 from data_common import write_shard, write_mask
