@@ -6,7 +6,8 @@
 #   make bench-comm   collbench: every all-reduce algorithm vs MPI's, 2 and 4 ranks (needs mpicxx)
 #   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
 #   make collbenchcu  collbench on GPU buffers (nvcc + MPI + NCCL; needs a GPU to run)
-#   make train_gpt2cu test_gpt2cu   the CUDA backend (PRECISION=BF16|FP32, GPU_ARCH=90; needs a GPU to run)
+#   make train_gpt2cu test_gpt2cu test_cuda_kernelscu   the CUDA backend (PRECISION=BF16|FP32, GPU_ARCH=90; needs a GPU)
+#   make emu, make emu-lab   the CUDA sources run on the CPU under the emulator (dev/emu/; no GPU needed)
 # make train, make test and make test-fast first install what they need and is missing
 # (scripts/install_deps.sh --auto: as root or with password-less sudo; otherwise they print the
 # command to run and stop). make train-noinstall, test-noinstall, test-fast-noinstall skip that.
@@ -239,6 +240,12 @@ test_gpt2cu: test/test_gpt2.cu $(CUDA_HEADERS) build/config/test_gpt2cu.flags
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
 build/config/test_gpt2cu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
 
+# every llmc/cuda kernel against llmc/cpu at awkward shapes (CI runs it under the emulator)
+test_cuda_kernelscu: test/test_cuda_kernels.cu $(CUDA_HEADERS) build/config/test_cuda_kernelscu.flags
+	$(cuda_prereqs)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
+build/config/test_cuda_kernelscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
+
 nvcc-check:
 ifeq ($(NVCC_FOUND),)
 	@echo "skipping nvcc-check: nvcc not found (install the CUDA toolkit)"
@@ -247,7 +254,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

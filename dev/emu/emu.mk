@@ -28,9 +28,27 @@ EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $
   $(EMU_DIR)/test_cuda_kernels_fp32 $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
   $(if $(MPICXX),$(EMU_DIR)/test_collectives_device)
 
-.PHONY: emu emu-lab emu-prereqs
+# the binaries make test and make test-fast run (test/run_tests.sh: the emu-* suites), when the
+# toolkit's headers are there (otherwise those suites say they are skipped)
+EMU_FAST_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_cuda_kernels $(EMU_DIR)/test_cuda_kernels_fp32 \
+  $(EMU_DIR)/test_cuda_kernels_asan
+ifneq ($(EMU_CUDA_INC),)
+test-noinstall: $(EMU_BINS)
+test-fast-noinstall: $(EMU_FAST_BINS)
+endif
+
+.PHONY: emu emu-lab emu-prereqs emu-available
 
 emu: info emu-prereqs $(EMU_BINS)
+
+# prints the toolkit's include directory the emulator uses (empty: the emulated suites are skipped)
+emu-available:
+	@echo "$(EMU_CUDA_INC)"
+
+# the build configuration (Makefile: build/config/%.flags): the compiler and its flags, the
+# headers' place, and MPI for the programs that use it; a change rebuilds the emulated binaries
+build/config/emu.flags: CONFIG = $(EMU_CXX) $(EMU_FLAGS) ($(CXX_VERSION))
+build/config/emu_mpi.flags: CONFIG = $(EMU_CXX) $(EMU_FLAGS) $(EMU_MPI_CFLAGS) $(EMU_MPI_LIBS) ($(CXX_VERSION))
 
 emu-prereqs:
 	@if [ -z "$(EMU_CUDA_INC)" ]; then echo "error: the CUDA toolkit's headers (cuda_runtime.h) were not found: install the CUDA toolkit (the emulator needs its headers, not a GPU), or set EMU_CUDA_INCLUDE=/path/to/cuda_runtime.h"; exit 1; fi
@@ -41,10 +59,10 @@ $(EMU_DIR)/src/.stamp: $(EMU_SOURCES) dev/emu/cudaemu.py
 	$(PYTHON) dev/emu/cudaemu.py --root . --out $(EMU_DIR)/src $(EMU_SOURCES)
 	@touch $@
 
-$(EMU_DIR)/runtime.o: $(EMU_RUNTIME_DEPS)
+$(EMU_DIR)/runtime.o: $(EMU_RUNTIME_DEPS) build/config/emu.flags
 	@mkdir -p $(EMU_DIR)
 	$(EMU_CXX) $(EMU_FLAGS) -c dev/emu/runtime.cpp -o $@
-$(EMU_DIR)/runtime_asan.o: $(EMU_RUNTIME_DEPS)
+$(EMU_DIR)/runtime_asan.o: $(EMU_RUNTIME_DEPS) build/config/emu.flags
 	@mkdir -p $(EMU_DIR)
 	$(EMU_CXX) $(EMU_FLAGS) $(EMU_ASAN) -c dev/emu/runtime.cpp -o $@
 
@@ -62,9 +80,9 @@ $(EMU_DIR)/test_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_gpt2.cu,,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/test_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_gpt2.cu,-DENABLE_FP32,$(EMU_DIR)/runtime.o,)
-$(EMU_DIR)/train_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+$(EMU_DIR)/train_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_mpi.flags
 	$(call emu_build,$@,train_gpt2.cu,$(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
-$(EMU_DIR)/train_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+$(EMU_DIR)/train_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_mpi.flags
 	$(call emu_build,$@,train_gpt2.cu,-DENABLE_FP32 $(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
 $(EMU_DIR)/test_cuda_kernels: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_cuda_kernels.cu,,$(EMU_DIR)/runtime.o,)
@@ -72,7 +90,7 @@ $(EMU_DIR)/test_cuda_kernels_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_cuda_kernels.cu,-DENABLE_FP32,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/test_cuda_kernels_asan: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime_asan.o
 	$(call emu_build,$@,test/test_cuda_kernels.cu,$(EMU_ASAN),$(EMU_DIR)/runtime_asan.o,)
-$(EMU_DIR)/test_collectives_device: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+$(EMU_DIR)/test_collectives_device: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_mpi.flags
 	$(call emu_build,$@,test/test_collectives_device.cu,$(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
 $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)): $(EMU_DIR)/dev/cuda/%: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,dev/cuda/$*.cu,,$(EMU_DIR)/runtime.o,)
