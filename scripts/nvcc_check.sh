@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile every .cu file of the project with nvcc, as CI does, warnings counted as failures.
 # First every .cu file with the CPU backend (-DLLMC_CPU), which checks that the driver and the
-# tests stay valid nvcc input for both backends. Prints PASS/FAIL per file.
+# tests stay valid nvcc input for both backends (dev/emu/test_emu.cu is not: it tests the CPU
+# emulator and is built by g++ only). Prints PASS/FAIL per file.
 #
 # Then the CUDA backend for real (llmc/cuda/, no -DLLMC_CPU): train_gpt2cu and test_gpt2cu in
 # bf16 and fp32, compiled for sm_80 and sm_90 and linked with cuBLASLt, and every kernel-lab
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 mkdir -p build
 flags=(-std=c++17 -O1 -x cu -DLLMC_CPU -Xcompiler -fopenmp,-Wall,-Wextra)
 fail=0
-for f in $(find . -name '*.cu' -not -path './build/*' -not -path './.git/*' -not -path './dev/cuda/*' | sed 's|^./||' | sort); do
+for f in $(find . -name '*.cu' -not -path './build/*' -not -path './.git/*' -not -path './dev/cuda/*' -not -path './dev/emu/*' | sed 's|^./||' | sort); do
     log=build/nvcc_$(echo "$f" | tr '/.' '__').log
     if "$NVCC" "${flags[@]}" -c "$f" -o build/nvcc_check.o >"$log" 2>&1 && ! grep -q -i "warning" "$log"; then
         echo "PASS nvcc compiles $f"
