@@ -75,8 +75,13 @@ if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || { echo "error: run as root or install sudo: su -c '$cmd'" >&2; exit 1; }
     SUDO=sudo
 fi
-echo "install_deps: missing ${missing[*]}: installing ${packages[*]}"
+# apt's and dpkg's output (thousands of lines for PyTorch) goes to a log, shown when it fails
+log=$(mktemp "${TMPDIR:-/tmp}/install_deps.XXXXXX")
+echo "install_deps: missing ${missing[*]}: installing ${packages[*]} (apt's output: $log)"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
+if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"; } >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    echo "error: apt-get failed (its output: $log)" >&2
+    exit 1
+fi
 echo "install_deps: done"
