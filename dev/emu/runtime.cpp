@@ -58,7 +58,7 @@ ThreadState current;
 // pointer (the SysV ABI lets a call clobber the rest; no kernel changes the rounding mode, so
 // the SSE and x87 control words are not switched). Elsewhere: ucontext (about 20 times slower).
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
 extern "C" void emu_ctx_switch(void** save_sp, void* new_sp);
 asm(R"(
 .text
@@ -121,7 +121,7 @@ enum { T_NEW, T_RUNNABLE, T_WAIT_BLOCK, T_WAIT_WARP, T_DONE };
 
 struct Thread {
     void* sp;           // saved stack pointer while switched out
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(EMU_UCONTEXT)
     ucontext_t uc;
 #endif
     Stack stack;
@@ -151,9 +151,10 @@ struct Block {
 } blk;
 
 static Thread* cur = NULL;
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
 static void* sched_sp = NULL;   // the scheduler's stack pointer while a fiber runs
-#if !defined(__x86_64__)
-static ucontext_t sched_uc;
+#else
+static ucontext_t sched_uc;     // (-DEMU_UCONTEXT tries this portable path on x86-64 too)
 #endif
 #ifdef EMU_ASAN
 static const void* sched_stack_bottom = NULL;
@@ -173,7 +174,7 @@ static void switch_in(Thread* t) {
     void* fake = NULL;
     __sanitizer_start_switch_fiber(&fake, t->stack.base, t->stack.size);
 #endif
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     emu_ctx_switch(&sched_sp, t->sp);
 #else
     swapcontext(&sched_uc, &t->uc);
@@ -191,7 +192,7 @@ static void switch_out(bool finished) {
     void* fake = NULL;
     __sanitizer_start_switch_fiber(finished ? NULL : &fake, sched_stack_bottom, sched_stack_size);
 #endif
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     emu_ctx_switch(&t->sp, sched_sp);
 #else
     swapcontext(&t->uc, &sched_uc);
@@ -205,7 +206,7 @@ static void switch_out(bool finished) {
 
 static void fiber_start(Thread* t) {
     t->stack = stack_get();
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     // the frame emu_ctx_switch pops: r15..r12, rbx, rbp, then "return" into fiber_main with
     // the stack aligned as after a call
     uintptr_t top = ((uintptr_t)(t->stack.base + t->stack.size - t->stack.color)) & ~(uintptr_t)15;
