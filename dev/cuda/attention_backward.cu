@@ -137,28 +137,11 @@ int main(int argc, char** argv) {
     const int NVERSIONS = 4;
     int selected = lab_parse_version(argc, argv, NVERSIONS);
     DeviceInfo dev = lab_device_init();
-    int C = 768, NH = 12;     // the benchmark's heads (and the validation's at full size)
-    int Bv = 4, Tv = 256;     // validation
-    int Bb = 8, Tb = 1024;    // benchmark
-    // the head configurations validated: GPT-2's; small: every head size the flash kernels are
-    // built for, hs 16, 32, 64 (tensor cores in v4) and 128 (v4 falls back to v3's kernels)
-    int nconf = 1, confC[4] = {C, 0, 0, 0}, confNH[4] = {NH, 0, 0, 0};
-    if (lab_small) {
-        const int sc[4] = {48, 64, 128, 128}, snh[4] = {3, 2, 2, 1};
-        nconf = 4;
-        for (int k = 0; k < 4; k++) { confC[k] = sc[k]; confNH[k] = snh[k]; }
-        Bv = Bb = 2; Tv = Tb = 100;
-        C = 128; NH = 2;
-    }
-    printf("attention_backward: C=%d NH=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", C, NH, Bv, Tv, Bb, Tb);
-    char heads[128] = "";
-    if (nconf > 1) {
-        int len = snprintf(heads, sizeof(heads), "; hs");
-        for (int k = 0; k < nconf; k++) { len += snprintf(heads + len, sizeof(heads) - len, " %d", confC[k] / confNH[k]); }
-        printf("  small: validation at%s (C/NH =", heads + 1);
-        for (int k = 0; k < nconf; k++) { printf(" %d/%d", confC[k], confNH[k]); }
-        printf(")\n");
-    }
+    LabAttentionShapes shapes = lab_attention_shapes("attention_backward", lab_small);
+    int C = shapes.C, NH = shapes.NH, Bv = shapes.Bv, Tv = shapes.Tv, Bb = shapes.Bb, Tb = shapes.Tb;
+    int nconf = shapes.nconf;
+    const int *confC = shapes.confC, *confNH = shapes.confNH;
+    const char* heads = shapes.heads;
 
     lab_seed(7);
     float *inp[4], *dout[4], *att[4], *lse[4], *ref_dinp[4];

@@ -376,6 +376,34 @@ static inline void print_bench(const char* kernel, int version, float ms, double
 // under the emulator). Each version prints exactly one "PASS <kernel> v<k> ..." or
 // "FAIL <kernel> v<k> ..." line.
 
+// The attention labs' shapes: GPT-2's heads (C 768, NH 12; validation B 4 T 256, benchmark
+// B 8 T 1024), or with --small every head size the flash kernels are built for, hs 16, 32, 64
+// (tensor cores) and 128 (the fallback), validated at B 2 T 100. Prints them under `name`.
+struct LabAttentionShapes {
+    int C, NH, Bv, Tv, Bb, Tb;       // benchmark heads; validation and benchmark batch
+    int nconf, confC[4], confNH[4];  // the head configurations validated
+    char heads[128];                 // "; hs 16 32 64 128" for the PASS lines (empty at full size)
+};
+static inline LabAttentionShapes lab_attention_shapes(const char* name, bool small) {
+    LabAttentionShapes a = {768, 12, 4, 256, 8, 1024, 1, {768, 0, 0, 0}, {12, 0, 0, 0}, ""};
+    if (small) {
+        const int sc[4] = {48, 64, 128, 128}, snh[4] = {3, 2, 2, 1};
+        a.nconf = 4;
+        for (int k = 0; k < 4; k++) { a.confC[k] = sc[k]; a.confNH[k] = snh[k]; }
+        a.Bv = a.Bb = 2; a.Tv = a.Tb = 100;
+        a.C = 128; a.NH = 2;
+    }
+    printf("%s: C=%d NH=%d; validation B=%d T=%d, benchmark B=%d T=%d\n", name, a.C, a.NH, a.Bv, a.Tv, a.Bb, a.Tb);
+    if (a.nconf > 1) {
+        int len = snprintf(a.heads, sizeof(a.heads), "; hs");
+        for (int k = 0; k < a.nconf; k++) { len += snprintf(a.heads + len, sizeof(a.heads) - len, " %d", a.confC[k] / a.confNH[k]); }
+        printf("  small: validation at%s (C/NH =", a.heads + 1);
+        for (int k = 0; k < a.nconf; k++) { printf(" %d/%d", a.confC[k], a.confNH[k]); }
+        printf(")\n");
+    }
+    return a;
+}
+
 static int lab_failures = 0;
 
 static inline int lab_parse_version(int argc, char** argv, int nversions) {
