@@ -3,7 +3,7 @@
 #   (a) the emulated bf16 trainer against train_gpt2cpu on the same tiny model and data for 10
 #       steps: losses and gradient norms within the bf16 tolerances of test/test_gpt2.cu (step
 #       losses 8e-4, norms 1e-2 relative, ~3x the errors measured there); the fp32 emulated
-#       trainer (compiled here by hand if the Makefile has no rule for it) within 1e-4;
+#       trainer within 1e-4;
 #   (b) determinism: two emulated runs write byte-identical --log files (loss, norm, lr at full
 #       precision; no times) and byte-identical checkpoints;
 #   (c) save/resume: a 5-step checkpoint reloads bit-exactly (load, one step at lr 0, save:
@@ -12,7 +12,7 @@
 #       continue to 10) is bit-identical to the uninterrupted run. train_gpt2cu itself has no
 #       flag to save the optimizer state, so a resumed run restarts AdamW's moments;
 #   (d) the bf16 build's command-line errors: one line and exit 1.
-# Needs: make build/emu/train_gpt2cu build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
+# Needs: make build/emu/train_gpt2cu build/emu/train_gpt2cu_fp32 build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
 # Prints PASS/FAIL lines; exits 1 on any FAIL. About a minute on 2 cores.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,9 +24,9 @@ failures=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; failures=$((failures + 1)); }
 
-for b in $EMU/train_gpt2cu $EMU/test_gpt2cu ./train_gpt2cpu; do
+for b in $EMU/train_gpt2cu $EMU/train_gpt2cu_fp32 $EMU/test_gpt2cu ./train_gpt2cpu; do
     if [ ! -x "$b" ]; then
-        fail "missing $b" "build it: make build/emu/train_gpt2cu build/emu/test_gpt2cu train_gpt2cpu"
+        fail "missing $b" "build it: make build/emu/train_gpt2cu build/emu/train_gpt2cu_fp32 build/emu/test_gpt2cu train_gpt2cpu"
         exit 1
     fi
 done
@@ -59,20 +59,10 @@ $EMU/train_gpt2cu $D $SMALL --steps 10 --log "$T/bf16_a.log" --save "$T/bf16_a.b
     fail "train_gpt2cu (emulated bf16) run" "$(tail -2 "$T/bf16_a.out")"
 compare_logs "train_gpt2cu (emulated, bf16) vs train_gpt2cpu" "$T/cpu.log" "$T/bf16_a.log" 8e-4 1e-2 || failures=$((failures + 1))
 
-# the fp32 emulated trainer: the Makefile's rule if there is one, else compiled here with the
-# flags of dev/emu/emu.mk from the sources make already rewrote for build/emu/train_gpt2cu
-fp32=$EMU/train_gpt2cu_fp32
-if [ ! -x "$fp32" ] || [ "$fp32" -ot "$EMU/train_gpt2cu" ]; then
-    fp32=$T/train_gpt2cu_fp32
-    inc=$(dirname "$(ls /usr/local/cuda/include/cuda_runtime.h /usr/include/cuda_runtime.h 2>/dev/null | head -1)")
-    ${CXX:-g++} -std=c++17 -O2 -fopenmp -fno-strict-aliasing -Wno-unknown-pragmas -DLLMC_EMU -Idev/emu/include -I"$inc" \
-        -DENABLE_FP32 -x c++ $EMU/src/train_gpt2.cu -x none $EMU/runtime.o -o "$fp32" >"$T/fp32_build.log" 2>&1 ||
-        fail "building the fp32 emulated trainer" "$(head -3 "$T/fp32_build.log")"
-fi
-if [ -x "$fp32" ]; then
-    "$fp32" $D $SMALL --steps 10 --log "$T/fp32.log" >"$T/fp32.out" 2>&1 || fail "train_gpt2cu (emulated fp32) run" "$(tail -2 "$T/fp32.out")"
-    compare_logs "train_gpt2cu (emulated, fp32) vs train_gpt2cpu" "$T/cpu.log" "$T/fp32.log" 1e-4 1e-4 || failures=$((failures + 1))
-fi
+# the fp32 emulated trainer (dev/emu/emu.mk builds it beside the bf16 one)
+$EMU/train_gpt2cu_fp32 $D $SMALL --steps 10 --log "$T/fp32.log" >"$T/fp32.out" 2>&1 ||
+    fail "train_gpt2cu (emulated fp32) run" "$(tail -2 "$T/fp32.out")"
+compare_logs "train_gpt2cu (emulated, fp32) vs train_gpt2cpu" "$T/cpu.log" "$T/fp32.log" 1e-4 1e-4 || failures=$((failures + 1))
 
 # --- (b) determinism
 $EMU/train_gpt2cu $D $SMALL --steps 10 --log "$T/bf16_b.log" --save "$T/bf16_b.bin" >"$T/bf16_b.out" 2>&1

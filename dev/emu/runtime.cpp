@@ -412,14 +412,10 @@ static void report_deadlock() {
             if (t.state == T_WAIT_WARP) { nw++; what = t.wait_what; }
             if (t.state == T_DONE) { nd++; }
         }
-        if (nb > 0 && nb < wp.nlanes - nd + 0 && (nw > 0 || nd > 0)) {
-            fprintf(stderr, "  warp %zu: %d lanes at __syncthreads, %d at %s, %d returned\n", w, nb, nw, nw ? what : "-", nd);
-            shown++;
-        } else if (nw > 0) {
-            fprintf(stderr, "  warp %zu: %d lanes wait at %s (mask 0x%08x, arrived 0x%08x), %d at __syncthreads, %d returned\n",
-                    w, nw, what, wp.mask, wp.arrived, nb, nd);
-            shown++;
-        }
+        if (nb + nw == 0) { continue; }
+        fprintf(stderr, "  warp %zu: %d lanes at __syncthreads, %d at %s (mask 0x%08x, arrived 0x%08x), %d returned\n", w, nb,
+                nw, nw ? what : "-", wp.mask, wp.arrived, nd);
+        shown++;
     }
     fprintf(stderr, "  (a barrier or warp collective in divergent code: not every thread it waits for can reach it)\n");
     exit(1);
