@@ -115,6 +115,11 @@ collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS) build/config/collbenchcpu.
 build/config/test_collectivescpu.flags build/config/collbenchcpu.flags: \
   CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
 
+# the same collectives in the build without MPI (llmc/comm/mpi_single.h): one rank, size-1 communicators
+test_comm_singlecpu: test/test_comm_single.cu $(HEADERS) build/config/test_comm_singlecpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+build/config/test_comm_singlecpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
+
 # collbench on device buffers (NCCL or the host-staged wire; doc/collectives.md): needs nvcc,
 # mpicxx and NCCL (NCCL_HOME=... when nccl.h/libnccl are not in nvcc's paths). Not part of
 # all or test: there is no GPU to run it on in CI.
@@ -160,9 +165,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS) data
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -254,7 +259,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_comm_singlecpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

@@ -38,6 +38,7 @@ suite data          fast 1 "$PY" test/test_data.py
 suite generate      fast 1 ./test_generatecpu
 suite sft-data      fast 1 bash test/test_sft.sh
 suite collectives   fast 1 bash test/test_collectives.sh
+suite comm-single   fast 1 ./test_comm_singlecpu
 suite collbench     fast 1 bash test/test_collbench.sh
 suite data-parallel full 1 bash test/test_dp.sh
 suite tasks         full 1 bash test/test_tasks.sh

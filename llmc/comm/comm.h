@@ -39,11 +39,17 @@
 // comm_scratch stays host memory: stage-1 algorithms release it with free().
 #pragma once
 
-#ifndef USE_MPI
-#error "llmc/comm/ needs MPI: build with mpicxx and -DUSE_MPI (the Makefile does this when it finds mpicxx)"
-#endif
-
+// With -DUSE_MPI (mpicxx: the Makefile does this when it finds it) the real MPI; without it
+// mpi_single.h, MPI for one process: every communicator has size 1, so the same code builds
+// and runs on one rank. comm_mpi_available() tells host code which build it is in, without
+// an #ifdef (to refuse, say, a multi-rank feature in the build without MPI).
+#ifdef USE_MPI
 #include <mpi.h>
+static inline int comm_mpi_available(void) { return 1; }
+#else
+#include "mpi_single.h"
+static inline int comm_mpi_available(void) { return 0; }
+#endif
 #include "../common.h"
 
 // the device path: built by nvcc, or by g++ under the CUDA emulator (LLMC_EMU, dev/emu/)
