@@ -9,6 +9,9 @@
 //   kernel<<<grid, block, smem, stream>>>(args)   is rewritten by cudaemu.py into
 //   ::emu::launch(::emu::Config(grid, block, smem, stream), kernel, args)
 //
+// The launch is queued on its stream and runs when something waits for it (a synchronising
+// call, a blocking copy, work ordered after it): runtime.cpp's "Streams".
+//
 // What a kernel sees here:
 //   threadIdx, blockIdx, blockDim, gridDim   the running fiber's
 //   __syncthreads, __syncwarp                barriers (a deadlock is reported, not hung)
@@ -68,7 +71,10 @@ struct Config {
     Config(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0) : grid(g), block(b), smem(s), stream(st) {}
 };
 typedef void (*Body)(void* ctx);
-void run_grid(const Config& cfg, const void* kernel, Body body, void* ctx);
+// Queues the grid on cfg.stream (runtime.cpp, "Streams": it runs when something waits for it).
+// A refused configuration sets the error cudaGetLastError returns and queues nothing. ctx
+// belongs to the launch: drop(ctx) releases it once the grid has run (or was refused).
+void submit_grid(const Config& cfg, const void* kernel, Body body, void* ctx, Body drop);
 
 template <class... P, class... A>
 inline void launch(const Config& cfg, void (*kernel)(P...), A&&... args) {
@@ -77,11 +83,12 @@ inline void launch(const Config& cfg, void (*kernel)(P...), A&&... args) {
     struct Ctx {
         void (*k)(P...);
         std::tuple<typename std::decay<P>::type...> params;
-    } ctx{kernel, std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...)};
-    run_grid(cfg, (const void*)kernel, [](void* p) {
+    };
+    Ctx* ctx = new Ctx{kernel, std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...)};
+    submit_grid(cfg, (const void*)kernel, [](void* p) {
         Ctx* c = (Ctx*)p;
         std::apply(c->k, c->params);
-    }, &ctx);
+    }, ctx, [](void* p) { delete (Ctx*)p; });
 }
 
 // ---- warp shuffles on any 4- or 8-byte value

@@ -3,7 +3,8 @@
 #                      toolkit's headers; no GPU, no driver, no cuBLAS/NCCL libraries)
 #   make emu-lab       the kernel lab (dev/cuda) on small shapes, PASS/FAIL per version
 # Knobs at run time: CUDAEMU_ORDER=forward|reverse|random (the order threads run in),
-# CUDAEMU_SEED=N (random order).
+# CUDAEMU_SEED=N (random order), CUDAEMU_STREAMS=lazy|sync (queued work runs when waited for,
+# the default, or at once).
 
 EMU_DIR = build/emu
 # the toolkit's headers: next to nvcc, or the usual places

@@ -12,6 +12,10 @@
 // order the first threads read shared memory the later ones have not written yet, in reverse
 // order the other way round. Shared memory starts every block as NaN (bytes 0xff).
 // Cost: one context switch (~10 ns) per thread per launch, per barrier and per collective.
+//
+// Streams: a launch, an asynchronous copy or memset, a GEMM and an event record are queued on
+// their stream and run as late as CUDA allows ("Streams" below), so a missing synchronisation
+// or event between streams shows up as stale data, as it may on a GPU.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdarg.h>
@@ -20,9 +24,13 @@
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <algorithm>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <vector>
 #include <map>
+#include <memory>
 #include <random>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -387,7 +395,10 @@ static void read_order() {
     order_rng.seed(s ? (unsigned)strtoul(s, NULL, 10) : 1234u);
 }
 
+static void sync_device();
+
 void set_order(const char* order, unsigned seed) {
+    sync_device();   // the launches queued so far run in the order in force when they were made
     std::lock_guard<std::mutex> lock(launch_mutex);
     if (strcmp(order, "forward") == 0) { order_mode = 0; }
     else if (strcmp(order, "reverse") == 0) { order_mode = 1; }
@@ -474,23 +485,12 @@ static void run_block(int nthreads, std::vector<int>& warp_order, std::vector<in
     }
 }
 
-void run_grid(const Config& cfg, const void* kernel, Body body, void* ctx) {
+// runs a grid whose configuration submit_grid has accepted
+static void run_grid(const Config& cfg, Body body, void* ctx) {
     std::lock_guard<std::mutex> lock(launch_mutex);
     if (order_mode < 0) { read_order(); }
     dim3 g = cfg.grid, b = cfg.block;
     size_t nthreads = (size_t)b.x * b.y * b.z;
-    int limit = 48 * 1024;
-    auto it = max_dynamic_smem.find(kernel);
-    if (it != max_dynamic_smem.end()) { limit = it->second; }
-    if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0 || nthreads > 1024 || b.z > 64 ||
-        g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
-        last_error = cudaErrorInvalidConfiguration;
-        return;
-    }
-    if (cfg.smem > (size_t)limit) {   // above 48 KiB needs cudaFuncSetAttribute, as on the GPU
-        last_error = cudaErrorInvalidValue;
-        return;
-    }
     launches++;
     current.grid_dim = g;
     current.block_dim = b;
@@ -531,6 +531,33 @@ void run_grid(const Config& cfg, const void* kernel, Body body, void* ctx) {
     blk.smem_bytes = 0;
 }
 
+static void enqueue(cudaStream_t h, std::function<void()> fn);
+
+// The configuration is checked at launch, as on the GPU (cudaGetLastError right after the
+// launch reports it); the grid runs when its stream gets to it.
+void submit_grid(const Config& cfg, const void* kernel, Body body, void* ctx, Body drop) {
+    std::shared_ptr<void> owned(ctx, drop);   // released when the queued work goes (run or not), or at once if refused
+    dim3 g = cfg.grid, b = cfg.block;
+    size_t nthreads = (size_t)b.x * b.y * b.z;
+    int limit = 48 * 1024;
+    {
+        std::lock_guard<std::mutex> lock(launch_mutex);
+        auto it = max_dynamic_smem.find(kernel);
+        if (it != max_dynamic_smem.end()) { limit = it->second; }
+    }
+    if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0 || nthreads > 1024 || b.z > 64 ||
+        g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (cfg.smem > (size_t)limit) {   // above 48 KiB needs cudaFuncSetAttribute, as on the GPU
+        last_error = cudaErrorInvalidValue;
+        return;
+    }
+    Config c = cfg;
+    enqueue(cfg.stream, [c, body, owned] { run_grid(c, body, owned.get()); });
+}
+
 // ---------------------------------------------------------------------------------------
 // Device memory: host memory, remembered so that cudaPointerGetAttributes can tell it apart.
 
@@ -546,6 +573,107 @@ static bool find_alloc(std::map<uintptr_t, size_t>& m, const void* p) {
     if (it == m.begin()) { return false; }
     --it;
     return a >= it->first && a < it->first + (it->second ? it->second : 1);
+}
+// plain host memory: neither cudaMalloc'd nor pinned (cudaMallocHost)
+static bool pageable(const void* p) {
+    std::lock_guard<std::mutex> lock(mem_mutex);
+    return !find_alloc(device_allocs, p) && !find_alloc(pinned_allocs, p);
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams. Every piece of device work (a launch, an asynchronous copy or memset, a GEMM, an
+// event record) is queued on its stream and runs as late as CUDA allows: when the host waits
+// for it (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a copy to or from
+// plain host memory, cudaFree) or when work ordered after it has to run. The orders kept are
+// CUDA's, no more:
+//   - a stream runs its work in the order it was issued;
+//   - cudaStreamWaitEvent(s, e): what s is given afterwards waits for the work before e;
+//   - the legacy default stream (stream 0): its work waits for everything issued before it on
+//     the blocking streams (cudaStreamCreate), and their work for everything issued before it
+//     on stream 0; a stream made with cudaStreamNonBlocking is not ordered with stream 0.
+// So a program that reads results without waiting for the stream that makes them, or uses on
+// one stream what another stream has not written yet (a missing event), reads the old
+// contents, as a GPU may let it. Work still runs one piece at a time, in whichever host thread
+// waits for it: no concurrency and no timing. CUDAEMU_STREAMS=sync runs every piece when it is
+// issued (every call synchronous, as the emulator did before it had streams).
+
+struct Stream;
+struct Op {
+    std::function<void()> fn;
+    std::vector<std::pair<Stream*, uint64_t>> after;   // run these streams up to these counts first
+};
+struct Stream {
+    std::deque<Op> q;
+    uint64_t issued = 0, done = 0;   // pieces of work issued, run
+    bool blocking = true;            // ordered with the legacy default stream
+    bool running = false;
+};
+struct EmuEvent {
+    double t;         // host time when its record ran
+    Stream* stream;   // where it was last recorded (NULL: never, or that stream is gone and done)
+    uint64_t seq;     // the work of that stream it stands for
+};
+static std::recursive_mutex stream_mutex;      // queues, and the work run from them
+static Stream legacy_stream;
+static std::vector<Stream*> live_streams;      // created, not destroyed
+static std::vector<EmuEvent*> live_events;
+static int streams_lazy = -1;
+static const size_t MAX_QUEUED = 4096;         // a longer queue is run (a program that never waits)
+
+static Stream* stream_of(cudaStream_t h) {
+    if (h == 0 || h == cudaStreamLegacy || h == cudaStreamPerThread) { return &legacy_stream; }   // per-thread: as legacy
+    return (Stream*)h;
+}
+
+static void run_until(Stream* s, uint64_t k) {
+    if (s->running && k > s->done) { fatal("stream work waits for work issued after it (emulator bug)"); }
+    while (s->done < k) {
+        Op op = std::move(s->q.front());
+        s->q.pop_front();
+        s->running = true;
+        for (auto& a : op.after) { run_until(a.first, a.second); }   // issued earlier: no cycle
+        op.fn();
+        s->running = false;
+        s->done++;
+    }
+}
+
+static void enqueue_after(cudaStream_t h, std::function<void()> fn, std::vector<std::pair<Stream*, uint64_t>> after) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    if (streams_lazy < 0) {
+        const char* m = getenv("CUDAEMU_STREAMS");
+        if (m != NULL && strcmp(m, "sync") != 0 && strcmp(m, "lazy") != 0) { fatal("CUDAEMU_STREAMS='%s': expected lazy or sync", m); }
+        streams_lazy = m == NULL || strcmp(m, "lazy") == 0;
+    }
+    Stream* s = stream_of(h);
+    if (s == &legacy_stream) {
+        for (Stream* o : live_streams) {
+            if (o->blocking && o->issued > o->done) { after.push_back({o, o->issued}); }
+        }
+    } else if (s->blocking && legacy_stream.issued > legacy_stream.done) {
+        after.push_back({&legacy_stream, legacy_stream.issued});
+    }
+    s->q.push_back(Op{std::move(fn), std::move(after)});
+    s->issued++;
+    if (!streams_lazy || s->q.size() > MAX_QUEUED) { run_until(s, s->issued); }
+}
+static void enqueue(cudaStream_t h, std::function<void()> fn) { enqueue_after(h, std::move(fn), {}); }
+
+static void sync_stream(cudaStream_t h) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    Stream* s = stream_of(h);
+    run_until(s, s->issued);
+}
+// issue on h and wait for it: what a synchronous call does
+static void enqueue_wait(cudaStream_t h, std::function<void()> fn) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    enqueue(h, std::move(fn));
+    sync_stream(h);
+}
+static void sync_device() {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    run_until(&legacy_stream, legacy_stream.issued);
+    for (Stream* s : live_streams) { run_until(s, s->issued); }
 }
 
 }  // namespace emu
@@ -576,8 +704,8 @@ const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuc
 cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }   // every launch and copy is synchronous
-cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { sync_device(); return cudaSuccess; }
+cudaError_t cudaDeviceReset(void) { sync_device(); return cudaSuccess; }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
     if (device != 0) { return cudaErrorInvalidDevice; }
@@ -637,6 +765,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
     if (p == NULL) { return cudaSuccess; }
+    sync_device();   // as on the GPU: queued work may still use it
     std::lock_guard<std::mutex> lock(mem_mutex);
     auto it = device_allocs.find((uintptr_t)p);
     if (it == device_allocs.end()) { return cudaErrorInvalidDevicePointer; }
@@ -653,6 +782,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
     if (p == NULL) { return cudaSuccess; }
+    sync_device();
     std::lock_guard<std::mutex> lock(mem_mutex);
     auto it = pinned_allocs.find((uintptr_t)p);
     if (it == pinned_allocs.end()) { return cudaErrorInvalidValue; }
@@ -677,40 +807,127 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind) {
-    (void)kind;
-    if (bytes) { memmove(dst, src, bytes); }
+// When the host waits, as CUDA documents it ("API synchronization behavior"): cudaMemcpy returns
+// when the copy is done, except device to device (queued) and from plain (pageable) host memory
+// to the device (the source is staged at once, the copy to the device queued);
+// cudaMemcpyAsync returns when the copy is done only into pageable memory, stages a pageable
+// source at once, and queues the rest; cudaMemset returns at once on device memory,
+// cudaMemsetAsync unless the memory is pageable. A queued copy or memset runs when its stream
+// gets to it. cudaMemcpy and cudaMemset use the legacy default stream.
+static bool device_mem(const void* p) {
+    std::lock_guard<std::mutex> lock(mem_mutex);
+    return find_alloc(device_allocs, p);
+}
+static cudaError_t copy_on(cudaStream_t s, void* dst, const void* src, size_t bytes, bool sync_api) {
+    bool dd = device_mem(dst), sd = device_mem(src), dp = !dd && pageable(dst), sp = !sd && pageable(src);
+    bool wait = sync_api ? !(dd && (sd || sp)) : dp, stage = sp && !wait;
+    if (stage) {   // the caller may reuse its buffer when the call returns
+        std::shared_ptr<std::vector<char>> staged(new std::vector<char>((const char*)src, (const char*)src + bytes));
+        enqueue(s, [dst, staged] { if (!staged->empty()) { memcpy(dst, staged->data(), staged->size()); } });
+        return cudaSuccess;
+    }
+    std::function<void()> fn = [dst, src, bytes] { if (bytes) { memmove(dst, src, bytes); } };
+    if (wait) { enqueue_wait(s, fn); }
+    else { enqueue(s, fn); }
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s) {
-    (void)s;
-    return cudaMemcpy(dst, src, bytes, kind);
+static cudaError_t memset_on(cudaStream_t s, void* p, int value, size_t bytes, bool host_waits) {
+    std::function<void()> fn = [p, value, bytes] { memset(p, value, bytes); };
+    if (host_waits) { enqueue_wait(s, fn); }
+    else { enqueue(s, fn); }
+    return cudaSuccess;
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) { memset(p, value, bytes); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) { (void)s; return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind) {
+    (void)kind;
+    return copy_on(0, dst, src, bytes, true);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s) {
+    (void)kind;
+    return copy_on(s, dst, src, bytes, false);
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return memset_on(0, p, value, bytes, !device_mem(p)); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) { return memset_on(s, p, value, bytes, pageable(p)); }
 
-// streams and events: every call has finished when it returns, so there is nothing to wait for
-cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = (cudaStream_t)new char[1]; return cudaSuccess; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) { (void)flags; return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { delete[] (char*)s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) { (void)s; (void)e; (void)flags; return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t s) { (void)s; return cudaSuccess; }
+// streams and events: "Streams" above
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    Stream* st = new Stream;
+    st->blocking = (flags & cudaStreamNonBlocking) == 0;
+    live_streams.push_back(st);
+    *s = (cudaStream_t)st;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamDestroy(cudaStream_t h) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    Stream* s = stream_of(h);
+    if (s == &legacy_stream) { return cudaErrorInvalidValue; }
+    run_until(s, s->issued);   // its work completes, as on the GPU; what waits for it has nothing left to wait for
+    live_streams.erase(std::remove(live_streams.begin(), live_streams.end(), s), live_streams.end());
+    auto forget = [s](Stream* o) {
+        for (Op& op : o->q) {
+            op.after.erase(std::remove_if(op.after.begin(), op.after.end(), [s](const std::pair<Stream*, uint64_t>& a) {
+                return a.first == s;
+            }), op.after.end());
+        }
+    };
+    forget(&legacy_stream);
+    for (Stream* o : live_streams) { forget(o); }
+    for (EmuEvent* e : live_events) { if (e->stream == s) { e->stream = NULL; } }
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { sync_stream(s); return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t s) { sync_stream(s); return cudaSuccess; }   // runs it: polling must end
 
-struct EmuEvent { double t; };
 static double now_ms() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
-cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = (cudaEvent_t) new EmuEvent{0.0}; return cudaSuccess; }
+static void event_wait(EmuEvent* e) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    if (e->stream != NULL) { run_until(e->stream, e->seq); }
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    EmuEvent* ev = new EmuEvent{0.0, NULL, 0};
+    live_events.push_back(ev);
+    *e = (cudaEvent_t)ev;
+    return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) { (void)flags; return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { delete (EmuEvent*)e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)s; ((EmuEvent*)e)->t = now_ms(); return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    EmuEvent* ev = (EmuEvent*)e;
+    event_wait(ev);   // its record must not run after it is gone
+    live_events.erase(std::remove(live_events.begin(), live_events.end(), ev), live_events.end());
+    delete ev;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    EmuEvent* ev = (EmuEvent*)e;
+    enqueue(s, [ev] { ev->t = now_ms(); });
+    ev->stream = stream_of(s);
+    ev->seq = ev->stream->issued;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    (void)flags;
+    std::lock_guard<std::recursive_mutex> lock(stream_mutex);
+    EmuEvent* ev = (EmuEvent*)e;
+    std::vector<std::pair<Stream*, uint64_t>> after;
+    if (ev->stream != NULL) { after.push_back({ev->stream, ev->seq}); }   // never recorded: nothing to wait for
+    enqueue_after(s, [] {}, after);
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { event_wait((EmuEvent*)e); return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { event_wait((EmuEvent*)e); return cudaSuccess; }   // runs it: polling must end
 // host time between the two records: it says how long the emulation took, nothing about a GPU
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    event_wait((EmuEvent*)a);
+    event_wait((EmuEvent*)b);
     *ms = (float)(((EmuEvent*)b)->t - ((EmuEvent*)a)->t);
     return cudaSuccess;
 }
@@ -840,8 +1057,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     float al, be;
     memcpy(&al, alpha, 4);
     memcpy(&be, beta, 4);
-    reference_gemm(x->ta, x->tb, m, n, k, al, A, a->type, a->ld, B, b->type, b->ld, be, C, c->type, c->ld, D, d->type, d->ld,
-                   bias, x->bias_type);
+    // queued on s with copies of what it reads from the descriptors (they may be gone when it runs)
+    int ta = x->ta, tb = x->tb;
+    cudaDataType_t bt_ = x->bias_type;
+    LtLayout la_ = *a, lb_ = *b, lc_ = *c, ld_ = *d;
+    enqueue(s, [=] {
+        reference_gemm(ta, tb, m, n, k, al, A, la_.type, la_.ld, B, lb_.type, lb_.ld, be, C, lc_.type, lc_.ld, D, ld_.type,
+                       ld_.ld, bias, bt_);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -859,8 +1082,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     float al, be;
     memcpy(&al, alpha, 4);
     memcpy(&be, beta, 4);
-    reference_gemm(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc, C, ct, ldc, NULL,
-                   CUDA_R_32F);
+    int ta_ = ta != CUBLAS_OP_N, tb_ = tb != CUBLAS_OP_N;
+    enqueue(0, [=] {   // the handle's stream: cublasSetStream is not emulated, so the legacy stream
+        reference_gemm(ta_, tb_, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc, C, ct, ldc, NULL, CUDA_R_32F);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

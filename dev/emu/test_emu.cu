@@ -8,6 +8,9 @@
 //   - a kernel missing its __syncthreads gives a wrong result in at least one thread order,
 //     the same kernel with it is right in all three;
 //   - shared memory starts as NaN; bad launch configurations set the launch error;
+//   - streams: a launch runs when the host waits for it; work on a non-blocking stream is not
+//     ordered after stream 0's unless it waits for an event (it reads the old data without
+//     one), a blocking stream's is;
 //   - deadlocks (a barrier or shuffle in divergent code) end the program with a message and
 //     exit status 1, never a hang (run in a child process);
 //   - built with AddressSanitizer (test_emu_asan): a write one element past a cudaMalloc'd
@@ -283,6 +286,66 @@ __global__ void smem_out_of_bounds_kernel(float* out) {
     out[threadIdx.x] = s[threadIdx.x];
 }
 
+// ---------------------------------------------------------------------------------------
+// streams: queued work, and the orders CUDA keeps between streams
+
+__global__ void fill_kernel(int* p, int v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { p[i] = v; }
+}
+__global__ void copy_kernel(int* dst, const int* src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] = src[i]; }
+}
+
+static void test_streams() {
+    const char* m = getenv("CUDAEMU_STREAMS");
+    bool lazy = m == NULL || strcmp(m, "lazy") == 0;
+    const int n = 64;
+    int *a, *b;
+    cudaMalloc(&a, n * sizeof(int));
+    cudaMalloc(&b, n * sizeof(int));
+    cudaStream_t nonblocking, blocking;
+    cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking);
+    cudaStreamCreate(&blocking);
+    cudaEvent_t ev;
+    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    // a launch is queued: the device memory (host memory here) changes when the host waits
+    fill_kernel<<<1, n>>>(a, 1, n);
+    int before = a[0];   // only the emulator may look at device memory this way
+    cudaStreamSynchronize(0);
+    int after = a[0];
+    report("streams: a launch runs when the host waits for it", lazy ? before != 1 && after == 1 : after == 1,
+           fmt("a[0] %g before the wait, %g after", before, after));
+    // stream 0 writes a = 2; another stream copies a into b: which a does it see?
+    const char* names[3] = {"non-blocking stream, no event: reads the old data", "non-blocking stream after an event: new data",
+                            "blocking stream, no event: new data (ordered with stream 0)"};
+    for (int mode = 0; mode < 3; mode++) {
+        fill_kernel<<<1, n>>>(a, 1, n);
+        fill_kernel<<<1, n>>>(b, 0, n);
+        cudaDeviceSynchronize();
+        fill_kernel<<<1, n>>>(a, 2, n);
+        cudaStream_t s = mode == 2 ? blocking : nonblocking;
+        if (mode == 1) {
+            cudaEventRecord(ev, 0);
+            cudaStreamWaitEvent(s, ev, 0);
+        }
+        copy_kernel<<<1, n, 0, s>>>(b, a, n);
+        cudaStreamSynchronize(s);
+        std::vector<int> h(n);
+        cudaMemcpy(h.data(), b, n * sizeof(int), cudaMemcpyDeviceToHost);
+        int want = mode == 0 && lazy ? 1 : 2;
+        bool ok = true;
+        for (int i = 0; i < n; i++) { ok = ok && h[i] == want; }
+        report(names[mode], ok, fmt(lazy ? "b[0] = %g, want %g" : "b[0] = %g, want %g (CUDAEMU_STREAMS=sync: all in issue order)", h[0], want));
+    }
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(nonblocking);
+    cudaStreamDestroy(blocking);
+    cudaFree(a);
+    cudaFree(b);
+}
+
 // runs fn in a child process; returns its exit status (or 128 + signal) and its stderr
 static int in_child(void (*fn)(), std::string* err) {
     int pipefd[2];
@@ -306,10 +369,16 @@ static int in_child(void (*fn)(), std::string* err) {
 }
 static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-static void run_divergent_barrier() { float* d; cudaMalloc(&d, 256); divergent_barrier_kernel<<<1, 32>>>(d); }
-static void run_early_return() { float* d; cudaMalloc(&d, 256); early_return_shuffle_kernel<<<1, 32>>>(d); }
-static void run_out_of_bounds() { float* d; cudaMalloc(&d, 100 * 4); out_of_bounds_kernel<<<4, 32>>>(d, 100); }
-static void run_smem_out_of_bounds() { float* d; cudaMalloc(&d, 32 * 4); smem_out_of_bounds_kernel<<<1, 32, 32 * 4>>>(d); }
+// each waits for its kernel, as a program on a GPU must to see it fail (launches are queued)
+static void run_divergent_barrier() { float* d; cudaMalloc(&d, 256); divergent_barrier_kernel<<<1, 32>>>(d); cudaDeviceSynchronize(); }
+static void run_early_return() { float* d; cudaMalloc(&d, 256); early_return_shuffle_kernel<<<1, 32>>>(d); cudaDeviceSynchronize(); }
+static void run_out_of_bounds() { float* d; cudaMalloc(&d, 100 * 4); out_of_bounds_kernel<<<4, 32>>>(d, 100); cudaDeviceSynchronize(); }
+static void run_smem_out_of_bounds() {
+    float* d;
+    cudaMalloc(&d, 32 * 4);
+    smem_out_of_bounds_kernel<<<1, 32, 32 * 4>>>(d);
+    cudaDeviceSynchronize();
+}
 
 static void test_failures() {
     std::string err;
@@ -341,6 +410,7 @@ int main() {
     test_ldmatrix();
     test_barriers();
     test_poison_and_errors();
+    test_streams();
     test_failures();
     return failures ? 1 : 0;
 }
