@@ -22,6 +22,13 @@
 // Backend services the driver calls; on the CPU there is nothing to set up or wait for.
 static inline void backend_init(int local_rank) { (void)local_rank; }
 static inline void backend_synchronize() {}
+// Events between compute and communication (llmc/cuda/event.cuh): on the CPU a kernel has
+// finished when its call returns, so there is nothing to mark or wait for.
+typedef struct BackendEventCpu* BackendEvent;   // always NULL
+static inline BackendEvent backend_event_create() { return NULL; }
+static inline void backend_event_record(BackendEvent e) { (void)e; }
+static inline void backend_event_synchronize(BackendEvent e) { (void)e; }
+static inline void backend_event_destroy(BackendEvent e) { (void)e; }
 static inline void backend_shutdown() {}
 static inline const char* backend_device_name() { return "cpu"; }
 // Peak dense FLOP/s of the device in the build's precision, 0 when unknown: MFU prints n/a.

@@ -42,17 +42,17 @@ static inline void alltoall_pairwise(Comm* c, const void* send, void* recv, size
     // in place, a block we still have to send could be overwritten by one we receive: send from a copy
     void* copy = NULL;
     if (send == recv) {
-        copy = comm_scratch(count * p, t);
-        comm_copy(copy, send, count * p, t);
+        copy = comm_scratch(c, count * p, t);
+        comm_copy(c, copy, send, count * p, t);
         send = copy;
     }
-    comm_copy(comm_at(recv, (size_t)r * count, t), comm_at(send, (size_t)r * count, t), count, t);
+    comm_copy(c, comm_at(recv, (size_t)r * count, t), comm_at(send, (size_t)r * count, t), count, t);
     for (int s = 1; s < p; s++) {
         int dst = alltoall_send_peer(r, s, p), src = alltoall_recv_peer(r, s, p);
         comm_sendrecv(c, comm_at(send, (size_t)dst * count, t), count, dst,
                       comm_at(recv, (size_t)src * count, t), count, src, t);
     }
-    free(copy);
+    comm_scratch_free(c, copy);
 }
 
 // per-peer counts and element offsets, as alltoallv_native; out of place only
@@ -74,7 +74,7 @@ static inline void alltoallv_pairwise(Comm* c, const void* send, const size_t* s
             }
         }
     }
-    comm_copy(comm_at(recv, rdispls[r], t), comm_at(send, sdispls[r], t), sendcounts[r], t);
+    comm_copy(c, comm_at(recv, rdispls[r], t), comm_at(send, sdispls[r], t), sendcounts[r], t);
     for (int s = 1; s < p; s++) {
         int dst = alltoall_send_peer(r, s, p), src = alltoall_recv_peer(r, s, p);
         comm_sendrecv(c, comm_at(send, sdispls[dst], t), sendcounts[dst], dst,

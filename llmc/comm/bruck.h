@@ -44,8 +44,8 @@ static inline void allgather_bruck(Comm* c, const void* send, void* recv, size_t
     int p = c->size, r = c->rank;
     if (count == 0) { return; }
     std::vector<size_t> mine = bruck_positions(count, p, r);
-    void* w = comm_scratch(count, t);
-    comm_copy(w, send, mine[1], t);
+    void* w = comm_scratch(c, count, t);
+    comm_copy(c, w, send, mine[1], t);
     for (int d = 1; d < p; d *= 2) {
         int n = d < p - d ? d : p - d;                           // positions this step moves
         int dst = (r - d + p) % p, src = (r + d) % p;
@@ -54,9 +54,9 @@ static inline void allgather_bruck(Comm* c, const void* send, void* recv, size_t
     }
     // rotate back: w = blocks r .. p-1 then 0 .. r-1
     size_t off = comm_block_offset(count, p, r);
-    comm_copy(comm_at(recv, off, t), w, count - off, t);
-    comm_copy(recv, comm_at(w, count - off, t), off, t);
-    free(w);
+    comm_copy(c, comm_at(recv, off, t), w, count - off, t);
+    comm_copy(c, recv, comm_at(w, count - off, t), off, t);
+    comm_scratch_free(c, w);
 }
 
 // count elements per pair; in place: send == recv
@@ -64,30 +64,30 @@ static inline void alltoall_bruck(Comm* c, const void* send, void* recv, size_t 
     comm_check_args(c, "alltoall_bruck", count, t, COMM_SUM, 0);
     int p = c->size, r = c->rank;
     if (count == 0) { return; }
-    void* w = comm_scratch(count * p, t);
+    void* w = comm_scratch(c, count * p, t);
     // a step moves the positions with one bit set: at most half of them, rounded up
-    void* pack = comm_scratch(count * ((p + 1) / 2), t);
-    void* unpack = comm_scratch(count * ((p + 1) / 2), t);
+    void* pack = comm_scratch(c, count * ((p + 1) / 2), t);
+    void* unpack = comm_scratch(c, count * ((p + 1) / 2), t);
     for (int i = 0; i < p; i++) {                            // w[i] = the block for rank r + i
-        comm_copy(comm_at(w, (size_t)i * count, t), comm_at(send, (size_t)((r + i) % p) * count, t), count, t);
+        comm_copy(c, comm_at(w, (size_t)i * count, t), comm_at(send, (size_t)((r + i) % p) * count, t), count, t);
     }
     for (int d = 1; d < p; d *= 2) {
         size_t n = 0;
         for (int i = d; i < p; i++) {
-            if (i & d) { comm_copy(comm_at(pack, n * count, t), comm_at(w, (size_t)i * count, t), count, t); n++; }
+            if (i & d) { comm_copy(c, comm_at(pack, n * count, t), comm_at(w, (size_t)i * count, t), count, t); n++; }
         }
         comm_sendrecv(c, pack, n * count, (r + d) % p, unpack, n * count, (r - d + p) % p, t);
         n = 0;
         for (int i = d; i < p; i++) {
-            if (i & d) { comm_copy(comm_at(w, (size_t)i * count, t), comm_at(unpack, n * count, t), count, t); n++; }
+            if (i & d) { comm_copy(c, comm_at(w, (size_t)i * count, t), comm_at(unpack, n * count, t), count, t); n++; }
         }
     }
     for (int i = 0; i < p; i++) {                            // w[i] came from rank r - i
-        comm_copy(comm_at(recv, (size_t)((r - i + p) % p) * count, t), comm_at(w, (size_t)i * count, t), count, t);
+        comm_copy(c, comm_at(recv, (size_t)((r - i + p) % p) * count, t), comm_at(w, (size_t)i * count, t), count, t);
     }
-    free(w);
-    free(pack);
-    free(unpack);
+    comm_scratch_free(c, w);
+    comm_scratch_free(c, pack);
+    comm_scratch_free(c, unpack);
 }
 
 // --- what each rank sends (bytes, messages)

@@ -20,7 +20,8 @@
 //
 // Host buffers travel over MPI. The device path (device buffers: NCCL, or MPI through host
 // copies) is compiled only in the CUDA build, see "The device path" below; the algorithms do
-// not change, they call only comm_send/comm_recv/comm_sendrecv and comm_reduce_local.
+// not change, they call only comm_send/comm_recv/comm_sendrecv and the helpers that take the
+// communicator: comm_scratch/comm_scratch_free, comm_reduce_local, comm_copy, comm_avg_finish.
 //
 // The device path (CUDA build). LLMC_CUDA_COMM is defined here when nvcc compiles without
 // -DLLMC_CPU; the CPU build (g++/mpicxx, or nvcc with -DLLMC_CPU) contains none of it and is
@@ -33,10 +34,30 @@
 //           a duplicate device), or when asked: device -> pinned host copy, MPI, host -> device.
 //           Slower, but a student with one GPU can still run 4 ranks.
 // Both wires count the same bytes as the host path. Every call returns when its data are in
-// place (the stream is synchronised), like its MPI twin. The helpers without a communicator
-// (comm_copy, comm_reduce_local, comm_avg_finish) look at the pointers (cudaPointerGetAttributes)
-// and only while some device communicator exists, so host-only programs make no CUDA call.
-// comm_scratch stays host memory: stage-1 algorithms release it with free().
+// place (the stream is synchronised), like its MPI twin.
+//
+//   compute stream (legacy default)    kernel writes g ... record e ......... kernel reads g
+//                                                              |                  ^
+//   c->stream            comm_wait_event(c, e) -> copies, reduce kernels, NCCL -> sync (call returns)
+//
+// A stream per communicator: every device operation of a collective (copies, the local reduce
+// and the average as kernels, NCCL) runs on c->stream, and a call synchronises that stream,
+// never the whole device. Its scratch (comm_scratch) is device memory taken from a few buffers
+// kept with the communicator and reused by size, so a collective called every layer does not
+// cudaMalloc; comm_scratch_free gives it back. So the local reduce runs on the device on device
+// data, and only the MPI message of the staged wire passes through (pinned) host memory.
+// Ordering with the compute stream: c->stream is a blocking stream by default, which CUDA
+// orders after everything issued before on the legacy default stream (and everything issued
+// after on it waits for c->stream's earlier work): safe for any caller, but compute and
+// communication do not overlap on the GPU. comm_enable_device(c, staged, 1) makes it
+// non-blocking: then nothing orders it with the compute stream but events, so data the compute
+// stream wrote must be announced with an event (backend_event_record) that the communicator
+// waits for (comm_wait_event) before the collective. comm_wait_event takes the backend's
+// BackendEvent and is a no-op on a host communicator (and in the CPU build), so host code calls
+// it without an #ifdef. A device communicator expects device buffers; host buffers still work
+// (copied over on c->stream). The helpers without a communicator (comm_copy, comm_reduce_local,
+// comm_avg_finish on bare pointers: tests, collbench) look at the pointers and use the legacy
+// stream, and only while some device communicator exists, so host-only programs make no CUDA call.
 #pragma once
 
 // With -DUSE_MPI (mpicxx: the Makefile does this when it finds it) the real MPI; without it
@@ -62,6 +83,11 @@ static inline int comm_mpi_available(void) { return 0; }
 #ifdef LLMC_CUDA_COMM
 #include <cuda_runtime.h>
 #include <nccl.h>
+#endif
+
+#ifdef LLMC_CUDA_COMM
+// device scratch buffers a communicator keeps (an algorithm holds at most 3 at once: Bruck's all-to-all)
+#define COMM_SCRATCH_KEPT 4
 #endif
 
 typedef enum { COMM_FP32 = 0, COMM_BF16 = 1, COMM_INT32 = 2 } CommType;
@@ -106,6 +132,11 @@ typedef struct {
     size_t host_stage_bytes[2];
     void* dev_stage[2];       // device copies of host buffers (NCCL wire) and the bf16 -> fp32 widening
     size_t dev_stage_bytes[2];
+    int nonblocking;          // c->stream made with cudaStreamNonBlocking: ordered with compute by events only
+    void* scratch[COMM_SCRATCH_KEPT];         // device scratch kept for reuse (comm_scratch): buffer,
+    size_t scratch_bytes[COMM_SCRATCH_KEPT];  // its size, and whether an algorithm holds it now
+    int scratch_busy[COMM_SCRATCH_KEPT];
+    uint64_t scratch_mallocs;  // cudaMalloc calls made for scratch (the kept buffers and any beyond them)
 #endif
 } Comm;
 
@@ -192,7 +223,7 @@ static inline Comm comm_split(const Comm* parent, int color, int key, const char
     MPI_Comm_split(parent->mpi, color, key, &sub);
 #ifdef LLMC_CUDA_COMM
     Comm c = comm_from_mpi(sub, name);
-    if (parent->device) { comm_enable_device(&c, parent->staged); }   // a device parent makes device children
+    if (parent->device) { comm_enable_device(&c, parent->staged, parent->nonblocking); }   // a device parent makes device children
     return c;
 #else
     return comm_from_mpi(sub, name);
@@ -305,8 +336,72 @@ static inline void comm_copy(void* dst, const void* src, size_t n, CommType t) {
 #endif
     memmove(dst, src, n * comm_type_size(t));
 }
+// Host memory for n elements, released with free(): the tests' and collbench's buffers, and the
+// scratch of host communicators (comm_scratch(c, ...) below).
 static inline void* comm_scratch(size_t n, CommType t) {
     void* p = malloc(n == 0 ? 1 : n * comm_type_size(t));
     if (p == NULL) { die("out of host memory allocating a %zu-element scratch buffer", n); }
+#ifdef LLMC_CUDA_COMM
+    comm_host_scratch_count() += 1;
+#endif
     return p;
 }
+
+// --- the helpers the algorithms call, with their communicator. A host communicator: host
+// memory and loops, as above. A device communicator: device scratch and kernels and copies on
+// c->stream (comm_nccl.h), each call returning with its work done.
+
+// scratch for n elements: device memory on a device communicator (see "The device path")
+static inline void* comm_scratch(Comm* c, size_t n, CommType t) {
+#ifdef LLMC_CUDA_COMM
+    if (c->device) { return comm_scratch_device(c, (n == 0 ? 1 : n) * comm_type_size(t)); }
+#endif
+    (void)c;
+    return comm_scratch(n, t);
+}
+static inline void comm_scratch_free(Comm* c, void* p) {
+    if (p == NULL) { return; }
+#ifdef LLMC_CUDA_COMM
+    if (comm_scratch_device_free(c, p)) { return; }
+#endif
+    (void)c;
+    free(p);
+}
+static inline void comm_reduce_local(Comm* c, void* dst, const void* src, size_t n, CommType t, CommOp op) {
+#ifdef LLMC_CUDA_COMM
+    if (c->device) { comm_reduce_local_stream(c, dst, src, n, t, op); return; }
+#endif
+    (void)c;
+    comm_reduce_local(dst, src, n, t, op);
+}
+static inline void comm_avg_finish(Comm* c, void* buf, size_t n, CommType t, CommOp op, int p) {
+    if (op != COMM_AVG || n == 0) { return; }
+#ifdef LLMC_CUDA_COMM
+    if (c->device && comm_is_device_ptr(buf)) {
+        comm_cuda_check(c, "comm_avg_finish_kernel", comm_avg_finish_launch(buf, n, t, p, c->stream));
+        comm_sync(c, "comm_avg_finish");
+        return;
+    }
+#endif
+    (void)c;
+    comm_avg_finish(buf, n, t, op, p);
+}
+static inline void comm_copy(Comm* c, void* dst, const void* src, size_t n, CommType t) {
+    if (dst == src || n == 0) { return; }
+#ifdef LLMC_CUDA_COMM
+    if (c->device) { comm_copy_stream(c, dst, src, n * comm_type_size(t)); return; }
+#endif
+    (void)c;
+    comm_copy(dst, src, n, t);
+}
+
+#ifndef LLMC_CUDA_COMM
+// The device path's comm_wait_event and comm_bind_thread (comm_nccl.h), for host code that calls
+// them without an #ifdef. No streams or GPUs here: nothing to do. (The CPU backend's BackendEvent
+// is a pointer, always NULL.)
+static inline void comm_wait_event(Comm* c, const void* event) {
+    (void)c;
+    (void)event;
+}
+static inline void comm_bind_thread(const Comm* c) { (void)c; }
+#endif

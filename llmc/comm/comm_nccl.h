@@ -1,7 +1,9 @@
 // The device path of the communicator (CUDA build only; see "The device path" at the top of
 // comm.h): choosing a GPU per rank, the NCCL communicator created from an id broadcast over
-// MPI, the CUDA stream, the choice between the NCCL wire and the host-staged MPI wire, and
-// the checks of CUDA and NCCL return codes.
+// MPI, the CUDA stream (one per communicator, blocking or not), the choice between the NCCL
+// wire and the host-staged MPI wire, the device scratch kept with the communicator, the
+// helpers the algorithms call (local reduce, copy) on c->stream, comm_wait_event, and the
+// checks of CUDA and NCCL return codes.
 // Included by comm.h in the middle (it needs the Comm struct and comm_die); not on its own.
 #pragma once
 
@@ -11,6 +13,15 @@
 // helpers never call CUDA, so a CUDA build runs host-only programs without a GPU.
 static inline int& comm_device_comms() {
     static int n = 0;
+    return n;
+}
+
+// Host scratch buffers handed out by comm_scratch(n, t) in this process: the scratch of host
+// communicators, of the staged wire's native collectives (MPI on host copies) and the tests'
+// buffers, never an algorithm's on a device communicator (test_collectives_device checks that no
+// device call moves it).
+static inline uint64_t& comm_host_scratch_count() {
+    static uint64_t n = 0;
     return n;
 }
 
@@ -119,8 +130,11 @@ static inline int comm_shares_gpu(const Comm* c, int dev) {
 
 // Makes c a device communicator on the current GPU (cudaSetDevice first, or comm_select_device).
 // Collective over c. force_staged = 1 (or LLMC_COMM_STAGED=1 in the environment) picks the
-// staged wire even when NCCL could run, to compare the two.
-static inline void comm_enable_device(Comm* c, int force_staged) {
+// staged wire even when NCCL could run, to compare the two. nonblocking = 1 makes c->stream a
+// cudaStreamNonBlocking stream: not ordered with the legacy default (compute) stream at all, so
+// that communication overlaps compute on the GPU; the caller then orders its data with events
+// (comm_wait_event). 0: a blocking stream, which CUDA orders with the legacy stream both ways.
+static inline void comm_enable_device(Comm* c, int force_staged, int nonblocking = 0) {
     if (c->device) { return; }
     comm_cuda_check(c, "cudaGetDevice", cudaGetDevice(&c->cuda_device));
     const char* env = getenv("LLMC_COMM_STAGED");
@@ -128,7 +142,9 @@ static inline void comm_enable_device(Comm* c, int force_staged) {
     int any_want = 0;
     MPI_Allreduce(&want, &any_want, 1, MPI_INT, MPI_MAX, c->mpi);   // the wire must be the same on every rank
     c->staged = any_want || comm_shares_gpu(c, c->cuda_device);
-    comm_cuda_check(c, "cudaStreamCreate", cudaStreamCreate(&c->stream));
+    c->nonblocking = nonblocking;
+    comm_cuda_check(c, "cudaStreamCreateWithFlags",
+                    cudaStreamCreateWithFlags(&c->stream, nonblocking ? cudaStreamNonBlocking : cudaStreamDefault));
     c->nccl = NULL;
     if (!c->staged) {
         ncclUniqueId id;
@@ -151,6 +167,12 @@ static inline void comm_disable_device(Comm* c) {
         c->host_stage[s] = c->dev_stage[s] = NULL;
         c->host_stage_bytes[s] = c->dev_stage_bytes[s] = 0;
     }
+    for (int i = 0; i < COMM_SCRATCH_KEPT; i++) {
+        if (c->scratch[i] != NULL) { comm_cuda_check(c, "cudaFree", cudaFree(c->scratch[i])); }
+        c->scratch[i] = NULL;
+        c->scratch_bytes[i] = 0;
+        c->scratch_busy[i] = 0;
+    }
     c->nccl = NULL;
     c->device = 0;
     comm_device_comms() -= 1;
@@ -161,8 +183,126 @@ static inline void comm_sync(const Comm* c, const char* call) {
     comm_cuda_check(c, "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
 }
 
-static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op);
+// CUDA's current GPU is per host thread, and a new thread starts on GPU 0: a thread other than
+// the one that set the communicator up (the data-parallel communication thread) calls this
+// first, so that its copies and kernels go to the communicator's GPU.
+static inline void comm_bind_thread(const Comm* c) {
+    if (c->device) { comm_cuda_check(c, "cudaSetDevice", cudaSetDevice(c->cuda_device)); }
+}
 
+// Makes c->stream's later work wait until the compute stream has reached the event (recorded
+// with backend_event_record after the kernels that write what the collective reads). No host
+// wait. A host communicator has no stream: nothing to do (comm.h has the CPU build's twin).
+static inline void comm_wait_event(Comm* c, cudaEvent_t event) {
+    if (!c->device || event == NULL) { return; }
+    comm_cuda_check(c, "cudaStreamWaitEvent", cudaStreamWaitEvent(c->stream, event, 0));
+}
+
+// --- device scratch: COMM_SCRATCH_KEPT buffers kept with the communicator, each handed out
+// again to any request it is large enough for (the smallest such), so per-layer collectives
+// of the same sizes allocate nothing after the first call. A request no free buffer fits
+// replaces the largest free one that is too small (cudaFree synchronises the device: only the
+// first calls of a new, larger size pay it); when all are held, a buffer beyond them is
+// allocated and freed on release. Used on c->stream only, and every call synchronises that
+// stream before it returns, so a released buffer is never still in use.
+static inline void* comm_scratch_device(Comm* c, size_t bytes) {
+    int best = -1, empty = -1, small = -1;
+    for (int i = 0; i < COMM_SCRATCH_KEPT; i++) {
+        if (c->scratch[i] == NULL) {
+            if (empty < 0) { empty = i; }
+        } else if (!c->scratch_busy[i]) {
+            if (c->scratch_bytes[i] >= bytes) {
+                if (best < 0 || c->scratch_bytes[i] < c->scratch_bytes[best]) { best = i; }
+            } else if (small < 0 || c->scratch_bytes[i] > c->scratch_bytes[small]) {
+                small = i;
+            }
+        }
+    }
+    if (best >= 0) {
+        c->scratch_busy[best] = 1;
+        return c->scratch[best];
+    }
+    int slot = empty >= 0 ? empty : small;
+    if (slot >= 0 && c->scratch[slot] != NULL) {
+        comm_cuda_check(c, "cudaFree", cudaFree(c->scratch[slot]));
+        c->scratch[slot] = NULL;
+    }
+    void* p = NULL;
+    comm_cuda_check(c, "cudaMalloc", cudaMalloc(&p, bytes));
+    c->scratch_mallocs++;
+    if (slot >= 0) {
+        c->scratch[slot] = p;
+        c->scratch_bytes[slot] = bytes;
+        c->scratch_busy[slot] = 1;
+    }
+    return p;
+}
+// false: p is not c's device scratch (host scratch, freed by the caller with free())
+static inline bool comm_scratch_device_free(Comm* c, void* p) {
+    if (!c->device) { return false; }
+    for (int i = 0; i < COMM_SCRATCH_KEPT; i++) {
+        if (c->scratch[i] == p) {
+            c->scratch_busy[i] = 0;
+            return true;
+        }
+    }
+    if (!comm_is_device_ptr(p)) { return false; }
+    comm_cuda_check(c, "cudaFree", cudaFree(p));   // one beyond the kept buffers
+    return true;
+}
+
+static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op);
+static inline void* comm_scratch(size_t n, CommType t);
+
+// The local reduce of a device communicator, on c->stream: both buffers on the device ->
+// one kernel; src on the host -> copied into device scratch first; dst on the host (only a
+// caller's host buffer: the algorithms' scratch is device memory) -> src comes to host
+// scratch and the host loop reduces (counted by comm_host_scratch_count).
+static inline void comm_reduce_local_stream(Comm* c, void* dst, const void* src, size_t n, CommType t, CommOp op) {
+    if (n == 0) { return; }
+    bool dd = comm_is_device_ptr(dst), sd = comm_is_device_ptr(src);
+    size_t bytes = n * comm_type_size(t);
+    if (dd) {
+        void* tmp = NULL;
+        if (!sd) {
+            tmp = comm_scratch_device(c, bytes);
+            comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyHostToDevice, c->stream));
+        }
+        comm_cuda_check(c, "comm_reduce_local_kernel", comm_reduce_local_launch(dst, tmp ? tmp : src, n, t, op, c->stream));
+        comm_sync(c, "comm_reduce_local");
+        if (tmp != NULL) { comm_scratch_device_free(c, tmp); }
+    } else if (sd) {
+        void* tmp = comm_scratch(n, t);
+        comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        comm_sync(c, "comm_reduce_local");
+        comm_reduce_local(dst, tmp, n, t, op);
+        free(tmp);
+    } else {
+        comm_reduce_local(dst, src, n, t, op);   // both on the host
+    }
+}
+// A copy with a device communicator: on c->stream when either end is on the device (overlapping
+// device ranges through scratch: cudaMemcpy, unlike memmove, does not allow overlap).
+static inline void comm_copy_stream(Comm* c, void* dst, const void* src, size_t bytes) {
+    bool dd = comm_is_device_ptr(dst), sd = comm_is_device_ptr(src);
+    if (!dd && !sd) {
+        memmove(dst, src, bytes);
+        return;
+    }
+    const char *d = (const char*)dst, *s = (const char*)src;
+    if (dd && sd && d < s + bytes && s < d + bytes) {
+        void* tmp = comm_scratch_device(c, bytes);
+        comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+        comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, c->stream));
+        comm_sync(c, "comm_copy");
+        comm_scratch_device_free(c, tmp);
+        return;
+    }
+    comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
+    comm_sync(c, "comm_copy");
+}
+
+// The helpers without a communicator (tests, collbench), on the legacy default stream.
 // The local reduce when a buffer is on the device: dst and src both on the device -> kernel;
 // one on each side -> src is copied to dst's side first. Returns false when both are host.
 static inline bool comm_reduce_local_device(void* dst, const void* src, size_t n, CommType t, CommOp op) {

@@ -66,7 +66,7 @@ static inline void allreduce_hierarchical_plan(Comm* c, HierPlan* h, const void*
     int n = h->node_size, l = h->node.rank;
     CommVolume before = {h->node.bytes_sent + h->cross.bytes_sent, h->node.messages_sent + h->cross.messages_sent};
     CommOp sub = op == COMM_AVG ? COMM_SUM : op;    // sum everywhere, divide by p once at the end
-    comm_copy(recv, send, count, t);
+    comm_copy(c, recv, send, count, t);
     char* own = comm_at(recv, comm_block_offset(count, n, l), t);
     size_t mine = comm_block_count(count, n, l);
     reduce_scatter_ring(&h->node, recv, own, count, t, sub);
@@ -75,7 +75,7 @@ static inline void allreduce_hierarchical_plan(Comm* c, HierPlan* h, const void*
     } else {
         allreduce_recursive_doubling(&h->cross, own, own, mine, t, sub);
     }
-    comm_avg_finish(own, mine, t, op, c->size);
+    comm_avg_finish(c, own, mine, t, op, c->size);
     allgather_ring(&h->node, own, recv, count, t);
     c->bytes_sent += h->node.bytes_sent + h->cross.bytes_sent - before.bytes;
     c->messages_sent += h->node.messages_sent + h->cross.messages_sent - before.messages;

@@ -27,7 +27,8 @@
 // ncclSend/ncclRecv, which NCCL has no primitive for), or MPI on host copies on the staged wire.
 // The arithmetic is the host path's: bf16 reductions widen to fp32 on the GPU and round once at
 // the end, and avg is a sum followed by comm_avg_finish's division, so host and device agree
-// bit for bit.
+// bit for bit. The host versions below run on host buffers only (host communicators, and the
+// staged wire's host copies), so their scratch (comm_scratch(c, ...)) is host memory.
 #pragma once
 
 #include <algorithm>
@@ -61,8 +62,8 @@ static inline MPI_Op comm_mpi_op(CommOp op) {
     return MPI_SUM;   // sum and avg
 }
 
-static inline float* native_widen(const void* src, size_t n) {
-    float* w = (float*)comm_scratch(n, COMM_FP32);
+static inline float* native_widen(Comm* c, const void* src, size_t n) {
+    float* w = (float*)comm_scratch(c, n, COMM_FP32);
     const uint16_t* s = (const uint16_t*)src;
     for (size_t i = 0; i < n; i++) { w[i] = bf16_to_float(s[i]); }
     return w;
@@ -98,18 +99,18 @@ static inline void reduce_native(Comm* c, const void* send, void* recv, size_t c
     int n = comm_int_count(c, "reduce_native", count);
     bool at_root = c->rank == root;
     if (t == COMM_BF16) {
-        float* w = native_widen(send, count);
+        float* w = native_widen(c, send, count);
         MPI_Reduce(at_root ? MPI_IN_PLACE : w, w, n, MPI_FLOAT, comm_mpi_op(op), root, c->mpi);
         if (at_root) {
-            comm_avg_finish(w, count, COMM_FP32, op, c->size);
+            comm_avg_finish(c, w, count, COMM_FP32, op, c->size);
             native_narrow(recv, w, count);
         }
-        free(w);
+        comm_scratch_free(c, w);
         return;
     }
     const void* s = (at_root && send == recv) ? MPI_IN_PLACE : send;
     MPI_Reduce(s, recv, n, comm_mpi_type(t), comm_mpi_op(op), root, c->mpi);
-    if (at_root) { comm_avg_finish(recv, count, t, op, c->size); }
+    if (at_root) { comm_avg_finish(c, recv, count, t, op, c->size); }
 }
 
 static inline void allreduce_native(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
@@ -118,15 +119,15 @@ static inline void allreduce_native(Comm* c, const void* send, void* recv, size_
     NATIVE_TO_DEVICE(allreduce_device(c, send, recv, count, t, op))
     int n = comm_int_count(c, "allreduce_native", count);
     if (t == COMM_BF16) {
-        float* w = native_widen(send, count);
+        float* w = native_widen(c, send, count);
         MPI_Allreduce(MPI_IN_PLACE, w, n, MPI_FLOAT, comm_mpi_op(op), c->mpi);
-        comm_avg_finish(w, count, COMM_FP32, op, c->size);
+        comm_avg_finish(c, w, count, COMM_FP32, op, c->size);
         native_narrow(recv, w, count);
-        free(w);
+        comm_scratch_free(c, w);
         return;
     }
     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, comm_mpi_type(t), comm_mpi_op(op), c->mpi);
-    comm_avg_finish(recv, count, t, op, c->size);
+    comm_avg_finish(c, recv, count, t, op, c->size);
 }
 
 static inline void reduce_scatter_native(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
@@ -138,21 +139,21 @@ static inline void reduce_scatter_native(Comm* c, const void* send, void* recv, 
     size_t mine = comm_block_count(count, c->size, c->rank);
     // reduce in fp32 for bf16, and always into a scratch block: in place, recv lies inside send
     CommType wt = t == COMM_BF16 ? COMM_FP32 : t;
-    const void* full = t == COMM_BF16 ? native_widen(send, count) : send;
-    void* out = comm_scratch(mine, wt);
+    const void* full = t == COMM_BF16 ? native_widen(c, send, count) : send;
+    void* out = comm_scratch(c, mine, wt);
     if (count % c->size == 0) {
         MPI_Reduce_scatter_block(full, out, counts[0], comm_mpi_type(wt), comm_mpi_op(op), c->mpi);
     } else {
         MPI_Reduce_scatter(full, out, counts.data(), comm_mpi_type(wt), comm_mpi_op(op), c->mpi);
     }
-    comm_avg_finish(out, mine, wt, op, c->size);
+    comm_avg_finish(c, out, mine, wt, op, c->size);
     if (t == COMM_BF16) {
         native_narrow(recv, (const float*)out, mine);
-        free((void*)full);
+        comm_scratch_free(c, (void*)full);
     } else {
-        comm_copy(recv, out, mine, t);
+        comm_copy(c, recv, out, mine, t);
     }
-    free(out);
+    comm_scratch_free(c, out);
 }
 
 static inline void allgather_native(Comm* c, const void* send, void* recv, size_t count, CommType t) {

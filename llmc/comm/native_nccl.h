@@ -1,6 +1,10 @@
 // The native collectives on device communicators (CUDA build only): the *_device twins that
 // native.h's functions hand over to when the communicator is a device one. nccl* on the NCCL
-// wire; on the host-staged wire (several ranks on one GPU), MPI on host copies.
+// wire; on the host-staged wire (several ranks on one GPU), MPI on host copies: the buffers are
+// copied on c->stream into the communicator's pinned host staging buffers (slot 0 the input,
+// slot 1 the output), the host version runs on them (its scratch, e.g. bf16 widened to fp32 for
+// MPI's reduction, is host memory: that is the wire), and the result is copied back on c->stream.
+// Everything of a call runs on c->stream, which is synchronised before the call returns.
 // Included by native.h at its end (after the host versions it falls back on); not on its own.
 #pragma once
 
@@ -18,26 +22,27 @@ struct NativeAsHost {
         c->check_args = check_args;
     }
 };
-// A host view of a buffer: the buffer itself if it is host memory (or empty), else a host copy,
-// filled from the device when `in`, written back by back().
+// A host view of a buffer: the buffer itself if it is host memory (or empty), else a copy in
+// the communicator's pinned staging slot, filled from the device when `in`, written back by back().
 struct NativeHostCopy {
     Comm* c;
     void* orig;
     void* host;
     size_t bytes;
-    bool owned;
-    NativeHostCopy(Comm* cc, const void* p, size_t n, bool in) : c(cc), orig((void*)p), host((void*)p), bytes(n), owned(false) {
+    bool staged;
+    NativeHostCopy(Comm* cc, int slot, const void* p, size_t n, bool in) : c(cc), orig((void*)p), host((void*)p), bytes(n), staged(false) {
         if (n == 0 || !comm_is_device_ptr(p)) { return; }
-        host = malloc(n);
-        if (host == NULL) { comm_die(c, "native staged copy", "out of host memory (%zu bytes)", n); }
-        owned = true;
-        if (in) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(host, p, n, cudaMemcpyDeviceToHost)); }
+        host = comm_host_stage(c, slot, n);
+        staged = true;
+        if (in) {
+            comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(host, p, n, cudaMemcpyDeviceToHost, c->stream));
+            comm_sync(c, "native staged copy");
+        }
     }
     void back() {
-        if (owned) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(orig, host, bytes, cudaMemcpyHostToDevice)); }
-    }
-    ~NativeHostCopy() {
-        if (owned) { free(host); }
+        if (!staged) { return; }
+        comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(orig, host, bytes, cudaMemcpyHostToDevice, c->stream));
+        comm_sync(c, "native staged copy");
     }
     NativeHostCopy(const NativeHostCopy&) = delete;
     NativeHostCopy& operator=(const NativeHostCopy&) = delete;
@@ -68,7 +73,7 @@ static inline void native_copy_async(Comm* c, void* dst, const void* src, size_t
 static inline void broadcast_device(Comm* c, void* buf, size_t count, CommType t, int root) {
     size_t bytes = count * comm_type_size(t);
     if (c->staged) {
-        NativeHostCopy b(c, buf, bytes, true);
+        NativeHostCopy b(c, 0, buf, bytes, true);
         { NativeAsHost h(c); broadcast_native(c, b.host, count, t, root); }
         b.back();
         return;
@@ -82,7 +87,7 @@ static inline void reduce_device(Comm* c, const void* send, void* recv, size_t c
     size_t bytes = count * comm_type_size(t);
     bool at_root = c->rank == root;
     if (c->staged) {
-        NativeHostCopy s(c, send, bytes, true), r(c, recv, at_root ? bytes : 0, false);
+        NativeHostCopy s(c, 0, send, bytes, true), r(c, 1, recv, at_root ? bytes : 0, false);
         { NativeAsHost h(c); reduce_native(c, s.host, r.host, count, t, op, root); }
         r.back();
         return;
@@ -108,7 +113,7 @@ static inline void reduce_device(Comm* c, const void* send, void* recv, size_t c
 static inline void allreduce_device(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
     size_t bytes = count * comm_type_size(t);
     if (c->staged) {
-        NativeHostCopy s(c, send, bytes, true), r(c, recv, bytes, false);
+        NativeHostCopy s(c, 0, send, bytes, true), r(c, 1, recv, bytes, false);
         { NativeAsHost h(c); allreduce_native(c, s.host, r.host, count, t, op); }
         r.back();
         return;
@@ -149,7 +154,7 @@ static inline void native_nccl_reduce_scatter(Comm* c, const void* full, void* o
 static inline void reduce_scatter_device(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
     size_t mine = comm_block_count(count, c->size, c->rank), es = comm_type_size(t);
     if (c->staged) {
-        NativeHostCopy s(c, send, count * es, true), r(c, recv, mine * es, false);
+        NativeHostCopy s(c, 0, send, count * es, true), r(c, 1, recv, mine * es, false);
         { NativeAsHost h(c); reduce_scatter_native(c, s.host, r.host, count, t, op); }
         r.back();
         return;
@@ -175,7 +180,7 @@ static inline void allgather_device(Comm* c, const void* send, void* recv, size_
     int p = c->size, r = c->rank;
     size_t es = comm_type_size(t);
     if (c->staged) {
-        NativeHostCopy s(c, send, comm_block_count(count, p, r) * es, true), o(c, recv, count * es, false);
+        NativeHostCopy s(c, 0, send, comm_block_count(count, p, r) * es, true), o(c, 1, recv, count * es, false);
         { NativeAsHost h(c); allgather_native(c, s.host, o.host, count, t); }
         o.back();
         return;
@@ -202,7 +207,7 @@ static inline void gather_device(Comm* c, const void* send, void* recv, size_t c
     int p = c->size, r = c->rank;
     size_t es = comm_type_size(t), mine = comm_block_count(count, p, r);
     if (c->staged) {
-        NativeHostCopy s(c, send, mine * es, true), o(c, recv, r == root ? count * es : 0, false);
+        NativeHostCopy s(c, 0, send, mine * es, true), o(c, 1, recv, r == root ? count * es : 0, false);
         { NativeAsHost h(c); gather_native(c, s.host, o.host, count, t, root); }
         o.back();
         return;
@@ -231,7 +236,7 @@ static inline void scatter_device(Comm* c, const void* send, void* recv, size_t 
     int p = c->size, r = c->rank;
     size_t es = comm_type_size(t), mine = comm_block_count(count, p, r);
     if (c->staged) {
-        NativeHostCopy s(c, send, r == root ? count * es : 0, true), o(c, recv, mine * es, false);
+        NativeHostCopy s(c, 0, send, r == root ? count * es : 0, true), o(c, 1, recv, mine * es, false);
         { NativeAsHost h(c); scatter_native(c, s.host, o.host, count, t, root); }
         o.back();
         return;
@@ -261,7 +266,7 @@ static inline void alltoall_device(Comm* c, const void* send, void* recv, size_t
     int p = c->size, r = c->rank;
     size_t es = comm_type_size(t), total = count * (size_t)p * es;
     if (c->staged) {
-        NativeHostCopy s(c, send, total, true), o(c, recv, total, false);
+        NativeHostCopy s(c, 0, send, total, true), o(c, 1, recv, total, false);
         { NativeAsHost h(c); alltoall_native(c, s.host, o.host, count, t); }
         o.back();
         return;
@@ -296,7 +301,7 @@ static inline void alltoallv_device(Comm* c, const void* send, const size_t* sen
         if (recvcounts[j] > 0) { recv_extent = std::max(recv_extent, rdispls[j] + recvcounts[j]); }
     }
     if (c->staged) {
-        NativeHostCopy s(c, send, send_extent * es, true), o(c, recv, recv_extent * es, false);
+        NativeHostCopy s(c, 0, send, send_extent * es, true), o(c, 1, recv, recv_extent * es, false);
         { NativeAsHost h(c); alltoallv_native(c, s.host, sendcounts, sdispls, o.host, recvcounts, rdispls, t); }
         o.back();
         return;

@@ -31,7 +31,7 @@ static inline void ps_push(Comm* c, void* buf, size_t count, CommType t, CommOp 
     int p = c->size, r = c->rank;
     size_t mine = r < S ? comm_block_count(count, S, r) : 0;
     char* slice = r < S ? comm_at(buf, comm_block_offset(count, S, r), t) : NULL;
-    void* inc = comm_scratch(mine, t);
+    void* inc = comm_scratch(c, mine, t);
     for (int k = 1; k < p; k++) {
         int dst = (r + k) % p, src = (r - k + p) % p;
         bool out = dst < S, in = r < S;
@@ -44,10 +44,10 @@ static inline void ps_push(Comm* c, void* buf, size_t count, CommType t, CommOp 
         } else if (in) {
             comm_recv(c, inc, mine, t, src);
         }
-        if (in) { comm_reduce_local(slice, inc, mine, t, op); }
+        if (in) { comm_reduce_local(c, slice, inc, mine, t, op); }
     }
-    if (r < S) { comm_avg_finish(slice, mine, t, op, p); }
-    free(inc);
+    if (r < S) { comm_avg_finish(c, slice, mine, t, op, p); }
+    comm_scratch_free(c, inc);
 }
 
 // pull: server r sends its slice of buf to every other rank (data parallelism: the updated
@@ -78,7 +78,7 @@ static inline void allreduce_parameter_server(Comm* c, const void* send, void* r
     int p = c->size, S = nservers;
     if (S < 1 || S > p) { comm_die(c, "allreduce_parameter_server", "%d servers, want 1 to %d (the number of ranks)", S, p); }
     if (count == 0) { return; }
-    comm_copy(recv, send, count, t);
+    comm_copy(c, recv, send, count, t);
     ps_push(c, recv, count, t, op, S);
     ps_pull(c, recv, count, t, S);
 }

@@ -71,7 +71,7 @@ static inline void halving_core(Comm* c, const Fold& f, const std::vector<size_t
         int peer = fold_real(f, v ^ mask);
         comm_sendrecv(c, comm_at(work, b[give_lo], t), b[give_hi] - b[give_lo], peer,
                       tmp, b[keep_hi] - b[keep_lo], peer, t);
-        comm_reduce_local(comm_at(work, b[keep_lo], t), tmp, b[keep_hi] - b[keep_lo], t, op);
+        comm_reduce_local(c, comm_at(work, b[keep_lo], t), tmp, b[keep_hi] - b[keep_lo], t, op);
         lo = keep_lo;
         hi = keep_hi;
     }
@@ -96,7 +96,7 @@ static inline void fold_in_reduce(Comm* c, const Fold& f, void* work, void* tmp,
         comm_send(c, work, count, t, r + 1);
     } else {
         comm_recv(c, tmp, count, t, r - 1);
-        comm_reduce_local(work, tmp, count, t, op);
+        comm_reduce_local(c, work, tmp, count, t, op);
     }
 }
 // fold-out of whole buffers: odd r < 2 rem returns the result to r - 1
@@ -116,19 +116,19 @@ static inline void allreduce_recursive_doubling(Comm* c, const void* send, void*
     comm_check_args(c, "allreduce_recursive_doubling", count, t, op, 0);
     if (count == 0) { return; }
     Fold f = fold_make(c->size, c->rank);
-    comm_copy(recv, send, count, t);
-    void* tmp = comm_scratch(count, t);
+    comm_copy(c, recv, send, count, t);
+    void* tmp = comm_scratch(c, count, t);
     fold_in_reduce(c, f, recv, tmp, count, t, op);
     if (f.vrank >= 0) {
         for (int mask = 1; mask < f.p2; mask *= 2) {
             int peer = fold_real(f, f.vrank ^ mask);
             comm_sendrecv(c, recv, count, peer, tmp, count, peer, t);
-            comm_reduce_local(recv, tmp, count, t, op);
+            comm_reduce_local(c, recv, tmp, count, t, op);
         }
-        comm_avg_finish(recv, count, t, op, c->size);
+        comm_avg_finish(c, recv, count, t, op, c->size);
     }
     fold_out(c, f, recv, count, t);
-    free(tmp);
+    comm_scratch_free(c, tmp);
 }
 
 static inline void reduce_scatter_recursive_halving(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
@@ -136,14 +136,14 @@ static inline void reduce_scatter_recursive_halving(Comm* c, const void* send, v
     if (count == 0) { return; }
     int p = c->size, r = c->rank;
     Fold f = fold_make(p, r);
-    void* work = comm_scratch(count, t);      // send stays untouched: in place, recv lies inside it
-    void* tmp = comm_scratch(count, t);
-    comm_copy(work, send, count, t);
+    void* work = comm_scratch(c, count, t);      // send stays untouched: in place, recv lies inside it
+    void* tmp = comm_scratch(c, count, t);
+    comm_copy(c, work, send, count, t);
     fold_in_reduce(c, f, work, tmp, count, t, op);
     std::vector<size_t> b = fold_block_bounds(f, count, p);
     if (f.vrank >= 0) {
         halving_core(c, f, b, work, tmp, t, op);
-        comm_avg_finish(comm_at(work, b[f.vrank], t), b[f.vrank + 1] - b[f.vrank], t, op, p);
+        comm_avg_finish(c, comm_at(work, b[f.vrank], t), b[f.vrank + 1] - b[f.vrank], t, op, p);
     }
     // fold-out: odd r < 2 rem holds blocks r-1 and r, and hands block r-1 back
     size_t off = comm_block_offset(count, p, r), n = comm_block_count(count, p, r);
@@ -153,10 +153,10 @@ static inline void reduce_scatter_recursive_halving(Comm* c, const void* send, v
         if (r < 2 * f.rem) {
             comm_send(c, comm_at(work, comm_block_offset(count, p, r - 1), t), comm_block_count(count, p, r - 1), t, r - 1);
         }
-        comm_copy(recv, comm_at(work, off, t), n, t);
+        comm_copy(c, recv, comm_at(work, off, t), n, t);
     }
-    free(work);
-    free(tmp);
+    comm_scratch_free(c, work);
+    comm_scratch_free(c, tmp);
 }
 
 static inline void allgather_recursive_doubling(Comm* c, const void* send, void* recv, size_t count, CommType t) {
@@ -164,7 +164,7 @@ static inline void allgather_recursive_doubling(Comm* c, const void* send, void*
     if (count == 0) { return; }
     int p = c->size, r = c->rank;
     Fold f = fold_make(p, r);
-    comm_copy(comm_at(recv, comm_block_offset(count, p, r), t), send, comm_block_count(count, p, r), t);
+    comm_copy(c, comm_at(recv, comm_block_offset(count, p, r), t), send, comm_block_count(count, p, r), t);
     // fold-in: even r < 2 rem hands its block to r + 1, which then holds blocks r-1 and r
     if (r < 2 * f.rem) {
         if (f.vrank < 0) {
@@ -182,19 +182,19 @@ static inline void allreduce_rabenseifner(Comm* c, const void* send, void* recv,
     if (count == 0) { return; }
     int p = c->size;
     Fold f = fold_make(p, c->rank);
-    comm_copy(recv, send, count, t);
-    void* tmp = comm_scratch(count, t);
+    comm_copy(c, recv, send, count, t);
+    void* tmp = comm_scratch(c, count, t);
     fold_in_reduce(c, f, recv, tmp, count, t, op);
     if (f.vrank >= 0) {
         // after the fold-in only p2 ranks remain: split the buffer evenly among them
         std::vector<size_t> b(f.p2 + 1);
         for (int k = 0; k <= f.p2; k++) { b[k] = comm_block_offset(count, f.p2, k); }
         halving_core(c, f, b, recv, tmp, t, op);
-        comm_avg_finish(comm_at(recv, b[f.vrank], t), b[f.vrank + 1] - b[f.vrank], t, op, p);
+        comm_avg_finish(c, comm_at(recv, b[f.vrank], t), b[f.vrank + 1] - b[f.vrank], t, op, p);
         doubling_gather_core(c, f, b, recv, t);
     }
     fold_out(c, f, recv, count, t);
-    free(tmp);
+    comm_scratch_free(c, tmp);
 }
 
 // --- what each rank sends (bytes, messages), walking the same schedule

@@ -36,34 +36,34 @@ static inline void reduce_scatter_ring(Comm* c, const void* send, void* recv, si
     if (count == 0) { return; }
     size_t mine = comm_block_count(count, p, r);
     if (p == 1) {
-        comm_copy(recv, send, count, t);
-        comm_avg_finish(recv, count, t, op, p);
+        comm_copy(c, recv, send, count, t);
+        comm_avg_finish(c, recv, count, t, op, p);
         return;
     }
     int right = ring_mod(r + 1, p), left = ring_mod(r - 1, p);
     size_t max_block = comm_block_count(count, p, 0);
-    void* acc = comm_scratch(max_block, t);   // the partial sum we send next
-    void* inc = comm_scratch(max_block, t);   // the partial sum arriving from the left
+    void* acc = comm_scratch(c, max_block, t);   // the partial sum we send next
+    void* inc = comm_scratch(c, max_block, t);   // the partial sum arriving from the left
     for (int s = 0; s < p - 1; s++) {
         int bs = ring_mod(r - s - 1, p), br = ring_mod(r - s - 2, p);
         const void* out = s == 0 ? comm_at(send, comm_block_offset(count, p, bs), t) : acc;
         comm_sendrecv(c, out, comm_block_count(count, p, bs), right,
                       inc, comm_block_count(count, p, br), left, t);
-        comm_reduce_local(inc, comm_at(send, comm_block_offset(count, p, br), t), comm_block_count(count, p, br), t, op);
+        comm_reduce_local(c, inc, comm_at(send, comm_block_offset(count, p, br), t), comm_block_count(count, p, br), t, op);
         std::swap(acc, inc);
     }
     // the last block received and reduced is block r; in place, recv is send's block r, read above
-    comm_copy(recv, acc, mine, t);
-    comm_avg_finish(recv, mine, t, op, p);
-    free(acc);
-    free(inc);
+    comm_copy(c, recv, acc, mine, t);
+    comm_avg_finish(c, recv, mine, t, op, p);
+    comm_scratch_free(c, acc);
+    comm_scratch_free(c, inc);
 }
 
 static inline void allgather_ring(Comm* c, const void* send, void* recv, size_t count, CommType t) {
     comm_check_args(c, "allgather_ring", count, t, COMM_SUM, 0);
     int p = c->size, r = c->rank;
     if (count == 0) { return; }
-    comm_copy(comm_at(recv, comm_block_offset(count, p, r), t), send, comm_block_count(count, p, r), t);
+    comm_copy(c, comm_at(recv, comm_block_offset(count, p, r), t), send, comm_block_count(count, p, r), t);
     int right = ring_mod(r + 1, p), left = ring_mod(r - 1, p);
     for (int s = 0; s < p - 1; s++) {
         int bs = ring_mod(r - s, p), br = ring_mod(r - s - 1, p);
@@ -83,13 +83,13 @@ static inline void allreduce_ring(Comm* c, const void* send, void* recv, size_t 
     if (count == 0) { return; }
     int p = c->size, r = c->rank;
     if (p == 1) {
-        comm_copy(recv, send, count, t);
-        comm_avg_finish(recv, count, t, op, p);
+        comm_copy(c, recv, send, count, t);
+        comm_avg_finish(c, recv, count, t, op, p);
         return;
     }
     int right = ring_mod(r + 1, p), left = ring_mod(r - 1, p);
     bool in_place = send == recv;
-    void* inc = in_place ? comm_scratch(comm_block_count(count, p, 0), t) : NULL;
+    void* inc = in_place ? comm_scratch(c, comm_block_count(count, p, 0), t) : NULL;
     for (int s = 0; s < p - 1; s++) {                       // reduce-scatter, in recv
         int bs = ring_mod(r - s - 1, p), br = ring_mod(r - s - 2, p);
         size_t ns = comm_block_count(count, p, bs), nr = comm_block_count(count, p, br);
@@ -97,15 +97,15 @@ static inline void allreduce_ring(Comm* c, const void* send, void* recv, size_t 
         char* dst = comm_at(recv, comm_block_offset(count, p, br), t);
         if (in_place) {
             comm_sendrecv(c, out, ns, right, inc, nr, left, t);
-            comm_reduce_local(dst, inc, nr, t, op);
+            comm_reduce_local(c, dst, inc, nr, t, op);
         } else {
             comm_sendrecv(c, out, ns, right, dst, nr, left, t);
-            comm_reduce_local(dst, comm_at(send, comm_block_offset(count, p, br), t), nr, t, op);
+            comm_reduce_local(c, dst, comm_at(send, comm_block_offset(count, p, br), t), nr, t, op);
         }
     }
-    free(inc);
+    comm_scratch_free(c, inc);
     char* own = comm_at(recv, comm_block_offset(count, p, r), t);
-    comm_avg_finish(own, comm_block_count(count, p, r), t, op, p);
+    comm_avg_finish(c, own, comm_block_count(count, p, r), t, op, p);
     int saved = c->check_args;
     c->check_args = 0;   // checked once above
     allgather_ring(c, own, recv, count, t);

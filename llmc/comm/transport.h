@@ -11,12 +11,15 @@
 // Device communicators (CUDA build, comm.h's "The device path"): the wire is the
 // communicator's, the same on every rank, whatever memory each buffer lives in:
 //   NCCL wire    ncclSend/ncclRecv inside ncclGroupStart/End on c->stream, then the stream is
-//                synchronised. A host buffer (the algorithms' scratch is host memory) is copied
-//                through a device staging buffer. Zero-length messages are counted but not sent
-//                (both ends know the count). NCCL cannot check a received size: a count mismatch
-//                is caught by comm_check_args before the algorithm starts, or not at all.
-//   staged wire  a device buffer is copied to pinned host memory, sent with the same MPI calls
-//                as a host buffer (size check included), and copied back to the device.
+//                synchronised. A host buffer (a caller's: the algorithms' scratch is device
+//                memory on a device communicator) is copied through a device staging buffer.
+//                Zero-length messages are counted but not sent (both ends know the count). NCCL
+//                cannot check a received size: a count mismatch is caught by comm_check_args
+//                before the algorithm starts, or not at all.
+//   staged wire  a device buffer is copied to pinned host memory on c->stream, sent with the
+//                same MPI calls as a host buffer (size check included), and copied back to the
+//                device on c->stream; each copy is waited for (c->stream only) before MPI reads
+//                the host copy or the call returns.
 // Both count exactly the bytes and messages the host path counts.
 #pragma once
 
@@ -48,9 +51,9 @@ static inline void comm_nccl_p2p(Comm* c, const char* call, const void* sendbuf,
     size_t sbytes = scount * comm_type_size(t), rbytes = rcount * comm_type_size(t);
     const void* s = sendbuf;
     void* r = recvbuf;
-    if (do_send && !comm_is_device_ptr(sendbuf)) {
+    if (do_send && !comm_is_device_ptr(sendbuf)) {   // ordered before the send by the stream
         s = comm_dev_stage(c, 0, sbytes);
-        comm_cuda_check(c, "cudaMemcpy", cudaMemcpy((void*)s, sendbuf, sbytes, cudaMemcpyHostToDevice));
+        comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync((void*)s, sendbuf, sbytes, cudaMemcpyHostToDevice, c->stream));
     }
     bool recv_host = do_recv && !comm_is_device_ptr(recvbuf);
     if (recv_host) { r = comm_dev_stage(c, 1, rbytes); }
@@ -58,15 +61,16 @@ static inline void comm_nccl_p2p(Comm* c, const char* call, const void* sendbuf,
     if (do_send) { comm_nccl_check(c, "ncclSend", ncclSend(s, scount, comm_nccl_type(t), dst, c->nccl, c->stream)); }
     if (do_recv) { comm_nccl_check(c, "ncclRecv", ncclRecv(r, rcount, comm_nccl_type(t), src, c->nccl, c->stream)); }
     comm_nccl_check(c, "ncclGroupEnd", ncclGroupEnd());
+    if (recv_host) { comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(recvbuf, r, rbytes, cudaMemcpyDeviceToHost, c->stream)); }
     comm_sync(c, call);
-    if (recv_host) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(recvbuf, r, rbytes, cudaMemcpyDeviceToHost)); }
 }
 
 // Staged wire: the host address MPI sends from (a pinned copy of a device buffer) ...
 static inline const void* comm_stage_out(Comm* c, int slot, const void* buf, size_t bytes) {
     if (bytes == 0 || !comm_is_device_ptr(buf)) { return buf; }
     void* h = comm_host_stage(c, slot, bytes);
-    comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(h, buf, bytes, cudaMemcpyDeviceToHost));
+    comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(h, buf, bytes, cudaMemcpyDeviceToHost, c->stream));
+    comm_sync(c, "comm_stage_out");   // MPI reads it next
     return h;
 }
 // ... and the host address MPI receives into; comm_stage_in_finish moves it to the device.
@@ -75,7 +79,9 @@ static inline void* comm_stage_in(Comm* c, int slot, void* buf, size_t bytes) {
     return comm_host_stage(c, slot, bytes);
 }
 static inline void comm_stage_in_finish(Comm* c, void* buf, const void* staged, size_t bytes) {
-    if (staged != buf) { comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(buf, staged, bytes, cudaMemcpyHostToDevice)); }
+    if (staged == buf) { return; }
+    comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(buf, staged, bytes, cudaMemcpyHostToDevice, c->stream));
+    comm_sync(c, "comm_stage_in");   // the data in place, and the pinned copy free for the next message
 }
 #endif
 

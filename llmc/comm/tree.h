@@ -52,9 +52,9 @@ static inline void reduce_tree(Comm* c, const void* send, void* recv, size_t cou
     int p = c->size;
     if (count == 0) { return; }
     int v = (c->rank - root + p) % p;
-    void* acc = comm_scratch(count, t);
-    void* inc = comm_scratch(count, t);
-    comm_copy(acc, send, count, t);
+    void* acc = comm_scratch(c, count, t);
+    void* inc = comm_scratch(c, count, t);
+    comm_copy(c, acc, send, count, t);
     for (int mask = 1; mask < p; mask <<= 1) {
         if (v & mask) {                                  // hand the partial sum to the parent
             comm_send(c, acc, count, t, (v - mask + root) % p);
@@ -62,15 +62,15 @@ static inline void reduce_tree(Comm* c, const void* send, void* recv, size_t cou
         }
         if (v + mask < p) {                              // nearest child first
             comm_recv(c, inc, count, t, (v + mask + root) % p);
-            comm_reduce_local(acc, inc, count, t, op);
+            comm_reduce_local(c, acc, inc, count, t, op);
         }
     }
     if (v == 0) {
-        comm_copy(recv, acc, count, t);
-        comm_avg_finish(recv, count, t, op, p);
+        comm_copy(c, recv, acc, count, t);
+        comm_avg_finish(c, recv, count, t, op, p);
     }
-    free(acc);
-    free(inc);
+    comm_scratch_free(c, acc);
+    comm_scratch_free(c, inc);
 }
 
 static inline CommVolume broadcast_tree_volume(size_t count, CommType t, int p, int r, int root) {

@@ -1,5 +1,6 @@
 // The CUDA backend: every kernel header, and the services the driver calls (device choice,
-// checks, cuBLASLt setup, synchronisation, device name, peak FLOP/s for the MFU).
+// checks, cuBLASLt setup, synchronisation, events between compute and communication (event.cuh),
+// device name, peak FLOP/s for the MFU).
 // Included by llmc/backend.h when LLMC_CPU is not defined.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include "common.cuh"
 #include "device.cuh"
 #include "memory.cuh"
+#include "event.cuh"
 #include "encoder.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
@@ -26,6 +28,8 @@ static inline void backend_init(int local_rank) {
     cublaslt_setup();
 }
 
+// the whole device: every stream (collectives' included); for ordering data between the compute
+// stream and a communicator, an event (event.cuh) stops neither side
 static inline void backend_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
 
 static inline void backend_shutdown() {
