@@ -17,6 +17,10 @@
 // Time spent blocked in dp_wait is the "exposed" communication time.
 // MPI is called from this thread only (plus the compute thread while the queue is idle), which
 // MPI_THREAD_SERIALIZED allows.
+// Order on the GPU, without stopping either thread: dp_enqueue records an event on the compute
+// stream after the kernels that wrote the task's inputs, and the thread makes the
+// communicator's stream wait for it (comm_wait_event) before it runs the task; each collective
+// returns with its stream synchronised, so a completed ticket means the results are in place.
 #pragma once
 
 #include <condition_variable>
@@ -103,6 +107,8 @@ typedef struct {
     std::condition_variable cv;
     std::deque<std::function<void()>> tasks;
     std::deque<std::string> task_names;
+    std::deque<BackendEvent> task_events;    // per queued task: the compute stream's event at enqueue
+    std::vector<BackendEvent> spare_events;  // events of finished tasks, recorded again by later ones
     long enqueued, completed;
     int stop;
     double block_start;           // trace: when the current block's backward began
@@ -157,17 +163,32 @@ static inline void dp_give(DataParallel* dp, int cat, floatX* p, size_t n) {
 // the communication thread
 
 static inline void dp_thread_main(DataParallel* dp) {
+    comm_bind_thread(dp->comm);   // a new thread starts on GPU 0: use the communicator's
     for (;;) {
         std::function<void()> task;
         std::string name;
+        BackendEvent inputs_ready;
         {
             std::unique_lock<std::mutex> lock(dp->mu);
             dp->cv.wait(lock, [dp] { return dp->stop || !dp->tasks.empty(); });
-            if (dp->tasks.empty()) { return; }
+            if (dp->tasks.empty()) {
+                for (BackendEvent e : dp->spare_events) { backend_event_destroy(e); }
+                dp->spare_events.clear();
+                return;
+            }
             task = dp->tasks.front();
             name = dp->task_names.front();
+            inputs_ready = dp->task_events.front();
         }
         double t0 = trace_now();
+        // The communicator's stream (not this thread) waits until the compute stream has run the
+        // kernels launched before the enqueue; later compute kernels are not waited for. The
+        // communicator's stream is a blocking one (comm_enable_device's default), which CUDA
+        // also orders after all earlier compute work: required as long as a task
+        // launches compute-stream work of its own that its collective reads (ZeRO-3's gather
+        // copies the shard into place first). The event carries the order once the stream is
+        // non-blocking (comm_enable_device(c, staged, 1)) and compute and communication overlap.
+        comm_wait_event(dp->comm, inputs_ready);
         task();
         double dt = trace_now() - t0;
         trace_event(name.c_str(), 1, t0);
@@ -175,6 +196,8 @@ static inline void dp_thread_main(DataParallel* dp) {
             std::lock_guard<std::mutex> lock(dp->mu);
             dp->tasks.pop_front();
             dp->task_names.pop_front();
+            dp->task_events.pop_front();
+            dp->spare_events.push_back(inputs_ready);   // the wait above is issued: free to record again
             dp->comm_seconds += dt;
             dp->completed++;
         }
@@ -182,18 +205,36 @@ static inline void dp_thread_main(DataParallel* dp) {
     }
 }
 
-// Enqueue a collective; returns its ticket. On CUDA the gradients it reads must be computed
-// first: synchronise the compute stream before handing them over.
+// Enqueue a collective; returns its ticket. The buffers it reads were written by kernels
+// already launched on the compute stream: an event recorded there now marks them, and the
+// communication thread's stream waits for it (dp_thread_main). Neither thread blocks (the
+// device-wide synchronisation this replaces stopped the compute thread for every bucket). On
+// the CPU backend the event is a no-op: the data are complete when the kernels return.
 static inline long dp_enqueue(DataParallel* dp, const char* name, std::function<void()> task) {
-    backend_synchronize();
     std::lock_guard<std::mutex> lock(dp->mu);
+    BackendEvent e;
+    if (dp->spare_events.empty()) {
+        e = backend_event_create();
+    } else {
+        e = dp->spare_events.back();
+        dp->spare_events.pop_back();
+    }
+    backend_event_record(e);
     dp->tasks.push_back(task);
     dp->task_names.push_back(name);
+    dp->task_events.push_back(e);
     long ticket = ++dp->enqueued;
     dp->cv.notify_all();
     return ticket;
 }
 
+// Blocks until the task with this ticket has completed. No event is needed on the way back:
+// every collective synchronises the communicator's stream before it returns, so a completed
+// task's results are on the device, and device work a task itself launched on the compute
+// stream (ZeRO-2's accumulation of the reduced block) comes before whatever the compute thread
+// launches after this returns. (Recording an event on the communicator's stream after each task
+// and making the compute stream wait for it would let dp_wait return at once, but the tasks also
+// do host work: MPI on the staged wire, buffers handed back to the pool.)
 static inline void dp_wait(DataParallel* dp, long ticket) {
     double t0 = trace_now();
     std::unique_lock<std::mutex> lock(dp->mu);
