@@ -18,7 +18,7 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/de
 PYTHON ?= python3
 CXXFLAGS_CPU = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
-HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h llmc/parallel/*.h llmc/comm/*.h)
+HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h llmc/parallel/*.h llmc/comm/*.h llmc/tasks/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 
 # --- prerequisites, each found or reported once. The compiler is not checked for the goals
@@ -78,7 +78,7 @@ build/config/%.flags: FORCE
 .PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
   nvcc-check data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu $(MPI_TARGETS)
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
@@ -101,8 +101,12 @@ test_generatecpu: test/test_generate.cu $(HEADERS) build/config/test_generatecpu
 test_sftcpu: test/test_sft.cu $(HEADERS) build/config/test_sftcpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 
+# the three extension points (ops, placement hooks, step) and the shard rule (doc/architecture.md)
+test_seamscpu: test/test_seams.cu $(HEADERS) build/config/test_seamscpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+
 build/config/test_gpt2cpu.flags build/config/test_kernelscpu.flags build/config/test_generatecpu.flags \
-build/config/test_sftcpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
+build/config/test_sftcpu.flags build/config/test_seamscpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
 # the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
 test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS) build/config/test_collectivescpu.flags
@@ -165,9 +169,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul

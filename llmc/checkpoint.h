@@ -2,7 +2,8 @@
 // they are:
 //   header: 256 int32 = [20240326, version, maxT, V, L, NH, C, Vp, 0...]
 //   then every parameter in the table's order (llmc/gpt2.h), version 3 = fp32, 5 = bf16.
-// We always write version 3 (fp32); we read 3 and 5. Saving goes through "<path>.tmp" and a
+// We always write version 3 (fp32); we read 3 and 5. The file is always the whole model: a rank
+// that holds a shard (llmc/params.h) keeps its slice when loading and is gathered when saving. Saving goes through "<path>.tmp" and a
 // rename, so a crash mid-save never leaves a truncated file under the real name.
 #pragma once
 
@@ -13,8 +14,37 @@
 #define CHECKPOINT_VERSION_FP32 3
 #define CHECKPOINT_VERSION_BF16 5
 
-static inline void gpt2_save_checkpoint(GPT2* model, const char* path) {
-    const GPT2Config* c = &model->config;
+// This rank's parameters as the full model (host, fp32, table order): the rank's shard is
+// put in place (param_unslice); what other ranks hold is left as it was in `full` (zeros from
+// calloc): a sharded run adds the ranks' buffers up over the mesh before saving.
+static inline void gpt2_parameters_to_full(GPT2* model, float* full) {
+    if (gpt2_place_is_whole(&model->place, &model->config)) {
+        copy_floats_to_host(full, model->params_memory, model->num_parameters);
+        return;
+    }
+    float* local = (float*)malloc(model->num_parameters * sizeof(float));
+    if (local == NULL) { die("out of host memory for %zu parameters", model->num_parameters); }
+    copy_floats_to_host(local, model->params_memory, model->num_parameters);
+    param_slice(model->full_info, model->param_info, &model->place, full, local, 0);
+    free(local);
+}
+
+// The full model (host, fp32, table order) from the shards of n ranks: rank r at places[r]
+// holds locals[r] (its flat buffer, fp32). Every element of the model must be held by at least
+// one rank; replicated tensors are written by each holder (they are equal).
+static inline void gpt2_full_from_shards(const GPT2Config* c, const GPT2Place* places, float* const* locals, int n,
+                                         float* full) {
+    GPT2Place whole = gpt2_place_whole(c);
+    ParamInfo full_info[NUM_PARAMETER_TENSORS], local_info[NUM_PARAMETER_TENSORS];
+    fill_param_table(full_info, c, &whole);
+    for (int r = 0; r < n; r++) {
+        fill_param_table(local_info, c, &places[r]);
+        param_slice(full_info, local_info, &places[r], full, locals[r], 0);
+    }
+}
+
+// Write the full model (host, fp32, table order) as an llm.c checkpoint.
+static inline void gpt2_save_full_checkpoint(const GPT2Config* c, const float* full, size_t n, const char* path) {
     int header[256] = {0};
     header[0] = CHECKPOINT_MAGIC;
     header[1] = CHECKPOINT_VERSION_FP32;
@@ -24,14 +54,23 @@ static inline void gpt2_save_checkpoint(GPT2* model, const char* path) {
     header[5] = c->num_heads;
     header[6] = c->channels;
     header[7] = c->padded_vocab_size;
-    float* host = (float*)malloc(model->num_parameters * sizeof(float));
-    if (host == NULL) { die("out of host memory saving '%s'", path); }
-    copy_floats_to_host(host, model->params_memory, model->num_parameters);
     std::string tmp;
     FILE* f = fopen_tmp_for_write(path, &tmp);
     fwrite_or_die(header, sizeof(int), 256, f, tmp.c_str());
-    fwrite_or_die(host, sizeof(float), model->num_parameters, f, tmp.c_str());
+    fwrite_or_die(full, sizeof(float), n, f, tmp.c_str());
     fclose_and_rename(f, tmp, path);
+}
+
+// A rank that holds the whole model writes it (a sharded model: llmc/parallel/plan.h gathers
+// the shards with gpt2_parameters_to_full first).
+static inline void gpt2_save_checkpoint(GPT2* model, const char* path) {
+    if (!gpt2_place_is_whole(&model->place, &model->config)) {
+        die("gpt2_save_checkpoint: this rank holds a shard; save through the plan, which gathers the shards");
+    }
+    float* host = (float*)malloc(model->num_parameters * sizeof(float));
+    if (host == NULL) { die("out of host memory saving '%s'", path); }
+    gpt2_parameters_to_full(model, host);
+    gpt2_save_full_checkpoint(&model->config, host, model->num_parameters, path);
     free(host);
 }
 
@@ -64,12 +103,14 @@ static inline GPT2Config gpt2_read_checkpoint_config(const char* path, int* vers
     return c;
 }
 
-// Build the model described by the checkpoint and load its weights.
-static inline void gpt2_load_checkpoint(GPT2* model, const char* path) {
+// Build the shard of the model described by the checkpoint that a rank at `place` holds (NULL:
+// the whole model) and load its weights: the full tensors are read and the shard kept.
+static inline void gpt2_load_checkpoint_shard(GPT2* model, const char* path, const GPT2Place* place) {
     int version;
     GPT2Config c = gpt2_read_checkpoint_config(path, &version);
-    gpt2_build(model, &c);
-    size_t n = model->num_parameters;
+    GPT2Place whole = gpt2_place_whole(&c);
+    gpt2_build_shard(model, &c, place ? place : &whole);
+    size_t n = model->num_parameters_full;
     size_t elsize = version == CHECKPOINT_VERSION_FP32 ? 4 : 2;
     FILE* f = fopen_or_die(path, "rb");
     long expected = 256 * 4 + (long)(n * elsize);
@@ -97,6 +138,7 @@ static inline void gpt2_load_checkpoint(GPT2* model, const char* path) {
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(host[i])) { die("'%s' holds a non-finite parameter at index %zu", path, i); }
     }
-    copy_floats_to_device(model->params_memory, host, n);
+    gpt2_set_parameters_from_full(model, host);
     free(host);
 }
+static inline void gpt2_load_checkpoint(GPT2* model, const char* path) { gpt2_load_checkpoint_shard(model, path, NULL); }

@@ -97,16 +97,31 @@ static inline void kvcache_free(KVCache* kv) {
     memset(kv, 0, sizeof(*kv));
 }
 
+// The attention op of generation (llmc/ops.h): store the N tokens' keys and values in the
+// cache of the layer in hand, then attend from each query over its row's cached positions.
+static inline void op_attention_cached(void* ctx, const OpAt* at, floatX* out, float* state, const floatX* qkv, int C,
+                                       int NH) {
+    (void)state;
+    KVCache* kv = (KVCache*)ctx;
+    size_t layer_cache = (size_t)kv->rows * kv->maxT * at->model->config.channels;   // one layer's k (or v) cache
+    attention_forward_cached(out, qkv, kv->k + at->layer * layer_cache, kv->v + at->layer * layer_cache, kv->rows_d,
+                             kv->positions_d, at->T, kv->maxT, C, NH);
+}
+
 // Forward of N tokens (host arrays of N: token ids, cache rows, positions) through the model,
 // storing their keys and values in the cache and attending over it; the logits of all N
-// tokens go to kv->logits (N, Vp). Uses model->params_memory like gpt2_forward, but not the
-// data-parallel hooks: under ZeRO-3 the caller materialises the full model first.
+// tokens go to kv->logits (N, Vp). Each block is gpt2_block_compute, the block training runs,
+// with the model's ops but attention replaced by op_attention_cached, on one scratch set of
+// activations that every layer reuses (nothing is kept for a backward; the residual stream is
+// updated in place). Uses model->params_memory, not the placement hooks: under ZeRO-3 the
+// caller materialises the full model first.
 static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, const int* rows, const int* positions,
                                        int N) {
     const GPT2Config* cfg = &model->config;
-    int L = cfg->num_layers, NH = cfg->num_heads, C = cfg->channels, Vp = cfg->padded_vocab_size;
+    int L = cfg->num_layers, C = cfg->channels, Vp = cfg->padded_vocab_size;
     if (N <= 0 || N > kv->max_tokens) { die("gpt2_forward_cached: %d tokens, the cache takes 1 to %d per call", N, kv->max_tokens); }
     if (model->params_memory == NULL) { die("gpt2_forward_cached needs the full parameters (ZeRO-3: materialise them first)"); }
+    if (!gpt2_place_is_whole(&model->place, cfg)) { die("gpt2_forward_cached runs the whole model: this rank holds a shard"); }
     for (int j = 0; j < N; j++) {   // host-side checks: the kernels index with these unchecked
         if (tokens[j] < 0 || tokens[j] >= cfg->vocab_size) { die("gpt2_forward_cached: token %d out of range [0, %d)", tokens[j], cfg->vocab_size); }
         if (rows[j] < 0 || rows[j] >= kv->rows) { die("gpt2_forward_cached: row %d out of range [0, %d)", rows[j], kv->rows); }
@@ -118,23 +133,27 @@ static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* toke
     copy_host_to_device(kv->rows_d, rows, (size_t)N * sizeof(int));
     copy_host_to_device(kv->positions_d, positions, (size_t)N * sizeof(int));
     ParameterTensors p = model->params;
-    size_t layer_cache = (size_t)kv->rows * kv->maxT * C;   // one layer's k (or v) cache
-    size_t NC = (size_t)N * C;
     // the N tokens are the N rows of a B = 1, T = N batch for every kernel but attention
     encoder_forward_positions(kv->x, kv->tokens_d, kv->positions_d, p.wte, p.wpe, N, C);
+    GPT2Ops ops = model->ops;
+    ops.attention.forward = op_attention_cached;
+    ops.attention.backward = NULL;
+    ops.attention.ctx = kv;
+    BlockActs b;   // x is the block's input, its two residual outputs (in place) and nothing is saved
+    b.residual = b.residual2 = b.residual3 = kv->x;
+    b.ln1 = b.ln2 = kv->ln;
+    b.ln1_mean = b.ln2_mean = kv->ln_mean;
+    b.ln1_rstd = b.ln2_rstd = kv->ln_rstd;
+    b.qkv = kv->qkv;
+    b.atty = kv->atty;
+    b.att = NULL;
+    b.attproj = b.fcproj = kv->proj;
+    b.fch = kv->fch;
+    b.fch_gelu = kv->fch_gelu;
     for (int l = 0; l < L; l++) {
-        BlockWeights w = block_weights_in(model->params_memory, model->param_info, L, l);
-        layernorm_forward(kv->ln, kv->ln_mean, kv->ln_rstd, kv->x, w.ln1w, w.ln1b, 1, N, C);
-        matmul_forward(kv->qkv, kv->ln, w.qkvw, w.qkvb, 1, N, C, 3 * C);
-        attention_forward_cached(kv->atty, kv->qkv, kv->k + l * layer_cache, kv->v + l * layer_cache,
-                                 kv->rows_d, kv->positions_d, N, kv->maxT, C, NH);
-        matmul_forward(kv->proj, kv->atty, w.attprojw, w.attprojb, 1, N, C, C);
-        residual_forward(kv->x, kv->x, kv->proj, NC);   // elementwise: in place is fine
-        layernorm_forward(kv->ln, kv->ln_mean, kv->ln_rstd, kv->x, w.ln2w, w.ln2b, 1, N, C);
-        matmul_forward(kv->fch, kv->ln, w.fcw, w.fcb, 1, N, C, 4 * C);
-        gelu_forward(kv->fch_gelu, kv->fch, NC * 4);
-        matmul_forward(kv->proj, kv->fch_gelu, w.fcprojw, w.fcprojb, 1, N, 4 * C, C);
-        residual_forward(kv->x, kv->x, kv->proj, NC);
+        OpAt at = {model, -1, l, 1, N};
+        BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
+        gpt2_block_compute(model, &ops, &at, &w, &b);
     }
     layernorm_forward(kv->ln, kv->ln_mean, kv->ln_rstd, kv->x, p.lnfw, p.lnfb, 1, N, C);
     matmul_forward(kv->logits, kv->ln, p.wte, NULL, 1, N, C, Vp);   // tied LM head

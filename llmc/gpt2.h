@@ -1,209 +1,108 @@
-// GPT-2: config, parameter table, forward, backward, update. Backend-agnostic: every tensor
-// lives in "device" memory (host memory on the CPU backend, GPU memory on CUDA) and this file
-// only calls kernels and copy functions on it, never reads it directly.
+// GPT-2: the model, its passes in pieces, the placement hooks, the update. Backend-agnostic:
+// every tensor lives in "device" memory (host memory on the CPU backend, GPU memory on CUDA)
+// and this file only calls kernels, ops and copy functions on it, never reads it directly.
 //
 // Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocab, Vp padded vocab.
 // One transformer block (pre-LayerNorm, as GPT-2):
 //   x = x + attproj( attention( qkv( ln1(x) ) ) )
-//   x = x + fcproj( gelu( fc( ln2(x) ) ) )
+//   x = x + mlp( ln2(x) ),   mlp(h) = fcproj( gelu( fc(h) ) )
 // and around the blocks: x = wte[tokens] + wpe[positions] ... logits = lnf(x) @ wte^T (tied).
-// Parameter count: Vp*C + maxT*C + L*(12*C^2 + 13*C) + 2*C.
+//
+// The passes come in pieces a schedule calls on its own (llmc/step.h), each on a micro-batch
+// SLOT (a pipeline keeps several micro-batches in flight; the default step uses slot 0):
+//   forward:   gpt2_set_batch, gpt2_forward_begin, gpt2_embed_forward, gpt2_block_forward(l)...,
+//              gpt2_head_forward, gpt2_head_loss
+//   backward:  gpt2_backward_begin, gpt2_head_backward, gpt2_block_backward(l)... (last first),
+//              gpt2_embed_backward, gpt2_backward_end
+// gpt2_forward / gpt2_classifier / gpt2_backward are these pieces in order (one micro-batch).
+// Sublayers run through model->ops (llmc/ops.h); where the weights and gradients live is up to
+// the placement hooks below; the table (llmc/params.h) says which shard this rank holds.
 #pragma once
 
 #include <string.h>
+#include <vector>
 #include "common.h"
 #include "backend.h"
 #include "rand.h"
-
-typedef struct {
-    int max_seq_len;        // maxT: positions the model has embeddings for
-    int vocab_size;         // V: real tokens
-    int padded_vocab_size;  // Vp >= V, a multiple of 64 so the LM-head matmul tiles well
-    int num_layers;         // L
-    int num_heads;          // NH
-    int channels;           // C
-} GPT2Config;
-
-// Round the vocabulary up to a multiple of 64 (50257 -> 50304 for GPT-2, 257 -> 320 bytes+EOT).
-static inline int padded_vocab(int V) { return (V + 63) / 64 * 64; }
-
-// Named model sizes for --model. "tiny" is the default job's model (about 1.2M parameters
-// with the byte tokenizer); the gpt2* sizes are OpenAI's.
-static inline int gpt2_config_preset(const char* name, GPT2Config* cfg) {
-    struct { const char* name; int L, NH, C, maxT, V; } presets[] = {
-        {"tiny", 6, 4, 128, 128, 257},
-        {"gpt2", 12, 12, 768, 1024, 50257},
-        {"gpt2-medium", 24, 16, 1024, 1024, 50257},
-        {"gpt2-large", 36, 20, 1280, 1024, 50257},
-        {"gpt2-xl", 48, 25, 1600, 1024, 50257},
-    };
-    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
-        if (strcmp(presets[i].name, name) == 0) {
-            cfg->num_layers = presets[i].L;
-            cfg->num_heads = presets[i].NH;
-            cfg->channels = presets[i].C;
-            cfg->max_seq_len = presets[i].maxT;
-            cfg->vocab_size = presets[i].V;
-            cfg->padded_vocab_size = padded_vocab(presets[i].V);
-            return 1;
-        }
-    }
-    return 0;
-}
+#include "params.h"
+#include "ops.h"
 
 // ---------------------------------------------------------------------------------------
-// The parameter table: every tensor, its shape, where it sits in the one flat buffer, whether
-// AdamW decays it and how it is initialised. The order is llm.c's checkpoint order.
-
-#define NUM_PARAMETER_TENSORS 16
-
-typedef struct {
-    floatX *wte, *wpe;                 // (Vp, C), (maxT, C)
-    floatX *ln1w, *ln1b;               // (L, C)
-    floatX *qkvw, *qkvb;               // (L, 3C, C), (L, 3C)
-    floatX *attprojw, *attprojb;       // (L, C, C), (L, C)
-    floatX *ln2w, *ln2b;               // (L, C)
-    floatX *fcw, *fcb;                 // (L, 4C, C), (L, 4C)
-    floatX *fcprojw, *fcprojb;         // (L, C, 4C), (L, C)
-    floatX *lnfw, *lnfb;               // (C)
-} ParameterTensors;
-
-enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES };
-
+// Placement hooks: where weights and gradients live and when they are ready (like PyTorch's
+// module hooks). Data parallelism's modes install them (llmc/parallel/dp_*.h). Several
+// tables chain: "begin" events run in installation order, "end" events in reverse (as nested
+// scopes), and each may rewrite the pointers the previous one left. `root` holds the tensors
+// outside the blocks (the embedding's and the head's; the other fields are unused).
 typedef struct {
     const char* name;
-    int ndim;
-    int shape[3];
-    size_t numel;
-    size_t offset;   // in elements, into the flat buffer
-    int decay;       // 1: AdamW weight decay applies (the 2-D weight matrices)
-    int init;        // INIT_NORMAL / INIT_ZEROS / INIT_ONES
-    float init_std;  // for INIT_NORMAL
-} ParamInfo;
-
-static inline void fill_param_table(ParamInfo* t, const GPT2Config* cfg) {
-    int Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers, maxT = cfg->max_seq_len;
-    float std = 0.02f;
-    float std_resid = 0.02f / sqrtf(2.0f * L);   // residual projections: GPT-2's 1/sqrt(2L)
-    ParamInfo table[NUM_PARAMETER_TENSORS] = {
-        {"wte",      2, {Vp, C, 0},        0, 0, 1, INIT_NORMAL, std},
-        {"wpe",      2, {maxT, C, 0},      0, 0, 1, INIT_NORMAL, std},
-        {"ln1w",     2, {L, C, 0},         0, 0, 0, INIT_ONES, 0},
-        {"ln1b",     2, {L, C, 0},         0, 0, 0, INIT_ZEROS, 0},
-        {"qkvw",     3, {L, 3 * C, C},     0, 0, 1, INIT_NORMAL, std},
-        {"qkvb",     2, {L, 3 * C, 0},     0, 0, 0, INIT_ZEROS, 0},
-        {"attprojw", 3, {L, C, C},         0, 0, 1, INIT_NORMAL, std_resid},
-        {"attprojb", 2, {L, C, 0},         0, 0, 0, INIT_ZEROS, 0},
-        {"ln2w",     2, {L, C, 0},         0, 0, 0, INIT_ONES, 0},
-        {"ln2b",     2, {L, C, 0},         0, 0, 0, INIT_ZEROS, 0},
-        {"fcw",      3, {L, 4 * C, C},     0, 0, 1, INIT_NORMAL, std},
-        {"fcb",      2, {L, 4 * C, 0},     0, 0, 0, INIT_ZEROS, 0},
-        {"fcprojw",  3, {L, C, 4 * C},     0, 0, 1, INIT_NORMAL, std_resid},
-        {"fcprojb",  2, {L, C, 0},         0, 0, 0, INIT_ZEROS, 0},
-        {"lnfw",     1, {C, 0, 0},         0, 0, 0, INIT_ONES, 0},
-        {"lnfb",     1, {C, 0, 0},         0, 0, 0, INIT_ZEROS, 0},
-    };
-    size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = 1;
-        for (int d = 0; d < table[i].ndim; d++) { n *= (size_t)table[i].shape[d]; }
-        table[i].numel = n;
-        table[i].offset = offset;
-        offset += n;
-        t[i] = table[i];
-    }
-}
-
-static inline void point_parameters(ParameterTensors* p, floatX* memory, const ParamInfo* table) {
-    floatX** ptrs[NUM_PARAMETER_TENSORS] = {
-        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
-        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { *ptrs[i] = memory + table[i].offset; }
-}
-
-// The weights of one transformer block, table entries 2..13 in table order. The forward and
-// backward passes take a block's weights (and gradients) through this struct, not by indexing
-// the flat buffer, so that data parallelism can put them elsewhere: ZeRO-3 gathers a block's
-// weights into a temporary buffer just before the block runs (llmc/parallel/zero.h).
-#define NUM_BLOCK_TENSORS 12
-#define FIRST_BLOCK_TENSOR 2
-
-typedef struct {
-    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} BlockWeights;
-
-static inline floatX** block_tensor(BlockWeights* w, int k) {   // k = 0..11, table entry k + 2
-    floatX** ptrs[NUM_BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
-                                        &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb};
-    return ptrs[k];
-}
-
-// Block l's weights inside a flat buffer laid out as the parameter table (tensor by tensor,
-// each tensor layer by layer).
-static inline BlockWeights block_weights_in(floatX* flat, const ParamInfo* table, int L, int l) {
-    BlockWeights w;
-    memset(&w, 0, sizeof(w));
-    if (flat == NULL) { return w; }   // nothing there (ZeRO-3): the hooks fill the pointers in
-    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-        const ParamInfo* p = &table[FIRST_BLOCK_TENSOR + k];
-        *block_tensor(&w, k) = flat + p->offset + (size_t)l * (p->numel / L);
-    }
-    return w;
-}
-
-// Hooks: where data parallelism plugs into the passes (like PyTorch's module hooks). All NULL
-// on a single rank. `root` holds wte, wpe, lnfw, lnfb (the other fields are unused).
-typedef struct {
     void* ctx;
+    void (*micro_begin)(void* ctx, int i, int n);   // the i-th of the step's n micro-batches starts (in run order)
     void (*forward_begin)(void* ctx, ParameterTensors* root);
     void (*block_forward_begin)(void* ctx, int l, BlockWeights* w);
     void (*block_forward_end)(void* ctx, int l);
     void (*backward_begin)(void* ctx, ParameterTensors* root, ParameterTensors* root_grads);
     void (*block_backward_begin)(void* ctx, int l, BlockWeights* w, BlockWeights* grads);
     void (*block_backward_end)(void* ctx, int l);   // block l's gradients are complete
-    void (*backward_end)(void* ctx);                // wte, wpe, lnfw, lnfb gradients are complete
+    void (*backward_end)(void* ctx);                // the root's gradients are complete
 } GPT2Hooks;
+#define GPT2_MAX_HOOKS 4
 
 // ---------------------------------------------------------------------------------------
-// Activations saved by the forward pass for the backward pass (per layer where marked L).
+// Activations saved by the forward pass for the backward pass, one set per slot ("L" marks
+// one per layer of this rank's stage). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp.
 
-#define NUM_ACTIVATION_TENSORS 19
+#define GPT2_MAX_SLOTS 16
 
 typedef struct {
-    floatX* encoded;    // (B, T, C)
+    floatX* encoded;    // (B, T, C)       the stage's input: the embedding (or what the previous stage sent)
     floatX* ln1;        // L x (B, T, C)
     float* ln1_mean;    // L x (B, T)      layernorm statistics stay fp32 in every backend
     float* ln1_rstd;    // L x (B, T)
-    floatX* qkv;        // L x (B, T, 3C)
-    floatX* atty;       // L x (B, T, C)   attention output, before the projection
-    float* att;         // L x attention_state_size(B, T, NH)
+    floatX* qkv;        // L x (B, T, Cq)
+    floatX* atty;       // L x (B, T, Ca)  attention output, before the projection
+    float* att;         // L x attention_state_size(B, T, NH/tp)
     floatX* attproj;    // L x (B, T, C)
     floatX* residual2;  // L x (B, T, C)   x after the attention half of the block
     floatX* ln2;        // L x (B, T, C)
     float* ln2_mean;    // L x (B, T)
     float* ln2_rstd;    // L x (B, T)
-    floatX* fch;        // L x (B, T, 4C)  fc output, before GELU
-    floatX* fch_gelu;   // L x (B, T, 4C)
+    floatX* fch;        // L x (B, T, H)   fc output, before GELU
+    floatX* fch_gelu;   // L x (B, T, H)
     floatX* fcproj;     // L x (B, T, C)
     floatX* residual3;  // L x (B, T, C)   x after the whole block
     floatX* lnf;        // (B, T, C)
     float* lnf_mean;    // (B, T)
     float* lnf_rstd;    // (B, T)
+    int* inputs;        // (B, T) token ids, device copy
+    int* targets;       // (B, T)
+    float* loss_weights;// (B, T) optional per-token loss weights
+    float* losses;      // (B, T)
+    int B, T;           // shape of the micro-batch in this slot
 } ActivationTensors;
+
+// One block's activations, wherever they are kept: a slot's layer l (training), or one
+// scratch set reused by every layer (generation: gpt2_block_compute is shared by both).
+typedef struct {
+    floatX *residual, *ln1, *qkv, *atty, *attproj, *residual2, *ln2, *fch, *fch_gelu, *fcproj, *residual3;
+    float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
+} BlockActs;
 
 // Gradients of activations: only one layer's worth is alive at a time in the backward pass.
 typedef struct {
     floatX* dresidual;  // (B, T, C)  gradient of the residual stream, shared by both branches
     floatX* dln;        // (B, T, C)  gradient of a layernorm output
-    floatX* datty;      // (B, T, C)
-    floatX* dqkv;       // (B, T, 3C)
-    floatX* dfch;       // (B, T, 4C) gradient of fch_gelu, then (in place) of fch
+    floatX* datty;      // (B, T, Ca)
+    floatX* dqkv;       // (B, T, Cq)
+    floatX* dfch;       // (B, T, H)  gradient of fch_gelu, then (in place) of fch
 } GradientBuffers;
 
-typedef struct {
+typedef struct GPT2 {
     GPT2Config config;
-    ParamInfo param_info[NUM_PARAMETER_TENSORS];
-    size_t num_parameters;
+    GPT2Place place;                              // this rank's shard (llmc/params.h)
+    ParamInfo param_info[NUM_PARAMETER_TENSORS];  // local shapes and offsets
+    ParamInfo full_info[NUM_PARAMETER_TENSORS];   // the whole model's (the checkpoint's layout)
+    size_t num_parameters;                        // local
+    size_t num_parameters_full;
     floatX* params_memory;
     floatX* grads_memory;
     ParameterTensors params;
@@ -215,25 +114,93 @@ typedef struct {
     float* v_memory;            // AdamW second moment
     float* master_memory;       // fp32 master weights (only when floatX is narrower: CUDA bf16)
     int step;                   // AdamW t (number of updates done)
-    // activations, sized for at most max_B x max_T tokens
-    int max_B, max_T;
-    ActivationTensors acts;
+    // activations: num_slots sets, each for up to max_B x max_T tokens
+    int max_B, max_T, num_slots;
+    ActivationTensors acts[GPT2_MAX_SLOTS];
     GradientBuffers bufs;
+    floatX* logits;             // (B, T, Vp/tp), overwritten by dlogits in the classifier (one, shared)
     void* acts_memory;
     size_t acts_bytes;
-    int* inputs;                // (B, T) token ids, device copy
-    int* targets;               // (B, T)
-    float* loss_weights;        // (B, T) optional per-token loss weights
-    floatX* logits;             // (B, T, Vp), overwritten by dlogits in the classifier
-    float* losses;              // (B, T)
     float* norm_squared;        // 1 float: global_norm_squared output
     float* losses_host;         // host copy of losses
-    int B, T;                   // shape of the last forward
-    GPT2Hooks hooks;            // data parallelism's hooks (all NULL on a single rank)
+    int B, T;                   // shape of the last gpt2_forward (slot 0)
+    // the extension points
+    GPT2Ops ops;                // how sublayers are computed (llmc/ops.h)
+    GPT2Hooks hooks[GPT2_MAX_HOOKS];   // where weights and gradients live (chained)
+    int num_hooks;
+    ParameterTensors root, root_grads;  // the root tensors of the pass in flight (after the hooks)
 } GPT2;
 
-static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
-    memset(model, 0, sizeof(*model));
+// ---------------------------------------------------------------------------------------
+// The hooks' chain
+
+static inline void gpt2_add_hooks(GPT2* model, const GPT2Hooks* h) {
+    if (model->num_hooks == GPT2_MAX_HOOKS) { die("more than %d placement hook tables", GPT2_MAX_HOOKS); }
+    model->hooks[model->num_hooks++] = *h;
+}
+// remove the table(s) installed with this ctx (ZeRO-3 while the full model is materialised)
+static inline void gpt2_remove_hooks(GPT2* model, void* ctx) {
+    int k = 0;
+    for (int i = 0; i < model->num_hooks; i++) {
+        if (model->hooks[i].ctx != ctx) { model->hooks[k++] = model->hooks[i]; }
+    }
+    model->num_hooks = k;
+}
+// the events: begin in installation order, end in reverse
+#define GPT2_HOOKS_BEGIN(m, fn, ...) \
+    for (int hi_ = 0; hi_ < (m)->num_hooks; hi_++) { if ((m)->hooks[hi_].fn) { (m)->hooks[hi_].fn((m)->hooks[hi_].ctx, __VA_ARGS__); } }
+#define GPT2_HOOKS_END(m, fn, ...) \
+    for (int hi_ = (m)->num_hooks - 1; hi_ >= 0; hi_--) { if ((m)->hooks[hi_].fn) { (m)->hooks[hi_].fn((m)->hooks[hi_].ctx, ##__VA_ARGS__); } }
+
+static inline void gpt2_micro_begin(GPT2* model, int i, int n) { GPT2_HOOKS_BEGIN(model, micro_begin, i, n); }
+
+// ---------------------------------------------------------------------------------------
+// The default MLP entries: fc -> GELU -> fcproj through the model's linear entries.
+
+static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const floatX* inp, const BlockWeights* w,
+                                  int C, int H) {
+    (void)ctx;
+    const GPT2Ops* ops = &at->model->ops;
+    ops->linear.forward(ops->linear.ctx, at, LINEAR_FC, a->fch, inp, w->fcw, w->fcb, C, H);
+    gelu_forward(a->fch_gelu, a->fch, (size_t)at->B * at->T * H);
+    ops->linear.forward(ops->linear.ctx, at, LINEAR_FCPROJ, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, H, C);
+}
+static inline void op_mlp_backward(void* ctx, const OpAt* at, floatX* dinp, const floatX* dout, const MLPActs* a,
+                                   const floatX* inp, const BlockWeights* w, BlockWeights* g, floatX* dh, int C, int H) {
+    (void)ctx;
+    const GPT2Ops* ops = &at->model->ops;
+    ops->linear.backward(ops->linear.ctx, at, LINEAR_FCPROJ, dh, g->fcprojw, g->fcprojb, dout, a->fch_gelu, w->fcprojw, H, C);
+    gelu_backward(dh, a->fch, dh, (size_t)at->B * at->T * H);
+    ops->linear.backward(ops->linear.ctx, at, LINEAR_FC, dinp, g->fcw, g->fcb, dh, inp, w->fcw, C, H);
+}
+
+static inline GPT2Ops gpt2_default_ops(void) {
+    GPT2Ops o;
+    memset(&o, 0, sizeof(o));
+    o.embedding.forward = op_embedding_forward;
+    o.embedding.backward = op_embedding_backward;
+    o.linear.forward = op_linear_forward;
+    o.linear.backward = op_linear_backward;
+    o.attention.forward = op_attention_forward;
+    o.attention.backward = op_attention_backward;
+    o.mlp.forward = op_mlp_forward;
+    o.mlp.backward = op_mlp_backward;
+    o.classifier.loss = op_classifier;
+    return o;
+}
+
+// ---------------------------------------------------------------------------------------
+// Building
+
+// Local sizes of this rank's shard of a block
+static inline int gpt2_local_heads(const GPT2* m) { return m->config.num_heads / m->place.tp; }
+static inline int gpt2_local_qkv(const GPT2* m) { return 3 * m->config.channels / m->place.tp; }
+static inline int gpt2_local_attn(const GPT2* m) { return m->config.channels / m->place.tp; }
+static inline int gpt2_local_hidden(const GPT2* m) { return 4 * m->config.channels / m->place.tp; }
+static inline int gpt2_local_vocab(const GPT2* m) { return m->config.padded_vocab_size / m->place.tp; }
+static inline int gpt2_local_layers(const GPT2* m) { return m->place.layer_end - m->place.layer_begin; }
+
+static inline void gpt2_check_config(const GPT2Config* cfg) {
     if (cfg->num_layers <= 0 || cfg->num_heads <= 0 || cfg->channels <= 0 || cfg->max_seq_len <= 0 ||
         cfg->vocab_size <= 0) {
         die("model sizes must be positive (layers %d, heads %d, channels %d, max-seq %d, vocab %d)",
@@ -246,10 +213,20 @@ static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
         die("padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size, cfg->vocab_size);
     }
     if (cfg->vocab_size > 65536) { die("vocab %d does not fit the uint16 token shards", cfg->vocab_size); }
+}
+
+// The model as a rank at `place` holds it (gpt2_build: the whole model).
+static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
+    memset(model, 0, sizeof(*model));
+    gpt2_check_config(cfg);
+    gpt2_place_check(place, cfg);
     model->config = *cfg;
-    fill_param_table(model->param_info, cfg);
-    model->num_parameters = model->param_info[NUM_PARAMETER_TENSORS - 1].offset +
-                            model->param_info[NUM_PARAMETER_TENSORS - 1].numel;
+    model->place = *place;
+    GPT2Place whole = gpt2_place_whole(cfg);
+    fill_param_table(model->full_info, cfg, &whole);
+    fill_param_table(model->param_info, cfg, place);
+    model->num_parameters_full = param_table_total(model->full_info);
+    model->num_parameters = param_table_total(model->param_info);
     size_t bytes = model->num_parameters * sizeof(floatX);
     model->params_memory = (floatX*)device_malloc(bytes);
     model->grads_memory = (floatX*)device_malloc(bytes);
@@ -257,17 +234,35 @@ static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
     point_parameters(&model->params, model->params_memory, model->param_info);
     point_parameters(&model->grads, model->grads_memory, model->param_info);
     model->norm_squared = (float*)device_malloc(sizeof(float));
+    model->ops = gpt2_default_ops();
+}
+static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
+    GPT2Place whole = gpt2_place_whole(cfg);
+    gpt2_build_shard(model, cfg, &whole);
 }
 
-// GPT-2 initialisation, drawn on the host for the full tensor in table order (so a sharded
-// run can draw the same full tensor and keep its slice), then copied to the device.
+// Set this rank's parameters from the FULL model in host memory (table order, fp32).
+static inline void gpt2_set_parameters_from_full(GPT2* model, float* full) {
+    if (gpt2_place_is_whole(&model->place, &model->config)) {
+        copy_floats_to_device(model->params_memory, full, model->num_parameters);
+        return;
+    }
+    float* local = (float*)malloc(model->num_parameters * sizeof(float));
+    if (local == NULL) { die("out of host memory for %zu parameters", model->num_parameters); }
+    param_slice(model->full_info, model->param_info, &model->place, full, local, 1);
+    copy_floats_to_device(model->params_memory, local, model->num_parameters);
+    free(local);
+}
+
+// GPT-2 initialisation, drawn on the host for the FULL tensor in table order (so a sharded
+// run draws the same numbers and keeps its slice), then copied to the device.
 static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     Rng rng;
     rng_init(&rng, seed);
-    float* host = (float*)malloc(model->num_parameters * sizeof(float));
-    if (host == NULL) { die("out of host memory for %zu parameters", model->num_parameters); }
+    float* host = (float*)malloc(model->num_parameters_full * sizeof(float));
+    if (host == NULL) { die("out of host memory for %zu parameters", model->num_parameters_full); }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParamInfo* p = &model->param_info[i];
+        const ParamInfo* p = &model->full_info[i];
         float* dst = host + p->offset;
         size_t n = p->numel;
         if (strcmp(p->name, "wte") == 0) {
@@ -278,137 +273,287 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
         if (p->init == INIT_NORMAL) { rng_normal(&rng, dst, n, 0.0f, p->init_std); }
         else { for (size_t j = 0; j < n; j++) { dst[j] = p->init == INIT_ONES ? 1.0f : 0.0f; } }
     }
-    copy_floats_to_device(model->params_memory, host, model->num_parameters);
+    gpt2_set_parameters_from_full(model, host);
     free(host);
 }
 
-// Allocate the activations for batches of up to B x T tokens (T <= max_seq_len).
-static inline void gpt2_allocate_activations(GPT2* model, int B, int T) {
+// Activations for `slots` micro-batches of up to B x T tokens each (T <= max_seq_len).
+static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, int slots) {
     const GPT2Config* c = &model->config;
     if (T > c->max_seq_len) { die("sequence length %d exceeds the model's maximum %d", T, c->max_seq_len); }
     if (B <= 0 || T <= 0) { die("batch (%d) and sequence length (%d) must be positive", B, T); }
-    size_t L = c->num_layers, C = c->channels, BT = (size_t)B * T, Vp = c->padded_vocab_size;
-    size_t att = attention_state_size(B, T, c->num_heads);
+    if (slots < 1 || slots > GPT2_MAX_SLOTS) { die("%d activation slots: 1 to %d", slots, GPT2_MAX_SLOTS); }
+    size_t L = gpt2_local_layers(model), C = c->channels, BT = (size_t)B * T, Vp = gpt2_local_vocab(model);
+    size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
+    size_t att = attention_state_size(B, T, gpt2_local_heads(model));
     // (pointer, element count, element size) for every buffer, carved from one allocation
-    struct { void** ptr; size_t count; size_t elsize; } tensors[] = {
-        {(void**)&model->acts.encoded, BT * C, sizeof(floatX)},
-        {(void**)&model->acts.ln1, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.ln1_mean, L * BT, sizeof(float)},
-        {(void**)&model->acts.ln1_rstd, L * BT, sizeof(float)},
-        {(void**)&model->acts.qkv, L * BT * 3 * C, sizeof(floatX)},
-        {(void**)&model->acts.atty, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.att, L * att, sizeof(float)},
-        {(void**)&model->acts.attproj, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.residual2, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.ln2, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.ln2_mean, L * BT, sizeof(float)},
-        {(void**)&model->acts.ln2_rstd, L * BT, sizeof(float)},
-        {(void**)&model->acts.fch, L * BT * 4 * C, sizeof(floatX)},
-        {(void**)&model->acts.fch_gelu, L * BT * 4 * C, sizeof(floatX)},
-        {(void**)&model->acts.fcproj, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.residual3, L * BT * C, sizeof(floatX)},
-        {(void**)&model->acts.lnf, BT * C, sizeof(floatX)},
-        {(void**)&model->acts.lnf_mean, BT, sizeof(float)},
-        {(void**)&model->acts.lnf_rstd, BT, sizeof(float)},
+    struct Buf { void** ptr; size_t count; size_t elsize; };
+    std::vector<Buf> tensors;
+    for (int s = 0; s < slots; s++) {
+        ActivationTensors* a = &model->acts[s];
+        Buf per_slot[] = {
+            {(void**)&a->encoded, BT * C, sizeof(floatX)},
+            {(void**)&a->ln1, L * BT * C, sizeof(floatX)},
+            {(void**)&a->ln1_mean, L * BT, sizeof(float)},
+            {(void**)&a->ln1_rstd, L * BT, sizeof(float)},
+            {(void**)&a->qkv, L * BT * Cq, sizeof(floatX)},
+            {(void**)&a->atty, L * BT * Ca, sizeof(floatX)},
+            {(void**)&a->att, L * att, sizeof(float)},
+            {(void**)&a->attproj, L * BT * C, sizeof(floatX)},
+            {(void**)&a->residual2, L * BT * C, sizeof(floatX)},
+            {(void**)&a->ln2, L * BT * C, sizeof(floatX)},
+            {(void**)&a->ln2_mean, L * BT, sizeof(float)},
+            {(void**)&a->ln2_rstd, L * BT, sizeof(float)},
+            {(void**)&a->fch, L * BT * H, sizeof(floatX)},
+            {(void**)&a->fch_gelu, L * BT * H, sizeof(floatX)},
+            {(void**)&a->fcproj, L * BT * C, sizeof(floatX)},
+            {(void**)&a->residual3, L * BT * C, sizeof(floatX)},
+            {(void**)&a->lnf, BT * C, sizeof(floatX)},
+            {(void**)&a->lnf_mean, BT, sizeof(float)},
+            {(void**)&a->lnf_rstd, BT, sizeof(float)},
+        };
+        tensors.insert(tensors.end(), per_slot, per_slot + sizeof(per_slot) / sizeof(per_slot[0]));
+    }
+    Buf shared[] = {
         {(void**)&model->bufs.dresidual, BT * C, sizeof(floatX)},
         {(void**)&model->bufs.dln, BT * C, sizeof(floatX)},
-        {(void**)&model->bufs.datty, BT * C, sizeof(floatX)},
-        {(void**)&model->bufs.dqkv, BT * 3 * C, sizeof(floatX)},
-        {(void**)&model->bufs.dfch, BT * 4 * C, sizeof(floatX)},
+        {(void**)&model->bufs.datty, BT * Ca, sizeof(floatX)},
+        {(void**)&model->bufs.dqkv, BT * Cq, sizeof(floatX)},
+        {(void**)&model->bufs.dfch, BT * H, sizeof(floatX)},
         {(void**)&model->logits, BT * Vp, sizeof(floatX)},
-        {(void**)&model->losses, BT, sizeof(float)},
-        {(void**)&model->inputs, BT, sizeof(int)},
-        {(void**)&model->targets, BT, sizeof(int)},
-        {(void**)&model->loss_weights, BT, sizeof(float)},
     };
-    size_t n = sizeof(tensors) / sizeof(tensors[0]);
+    tensors.insert(tensors.end(), shared, shared + sizeof(shared) / sizeof(shared[0]));
+    for (int s = 0; s < slots; s++) {
+        ActivationTensors* a = &model->acts[s];
+        Buf io[] = {
+            {(void**)&a->losses, BT, sizeof(float)},
+            {(void**)&a->inputs, BT, sizeof(int)},
+            {(void**)&a->targets, BT, sizeof(int)},
+            {(void**)&a->loss_weights, BT, sizeof(float)},
+        };
+        tensors.insert(tensors.end(), io, io + sizeof(io) / sizeof(io[0]));
+    }
     size_t total = 0;
-    for (size_t i = 0; i < n; i++) { total += ceil_div(tensors[i].count * tensors[i].elsize, 64) * 64; }
+    for (const Buf& t : tensors) { total += ceil_div(t.count * t.elsize, 64) * 64; }
     if (model->acts_memory) { device_free(model->acts_memory); free(model->losses_host); }
     model->acts_memory = device_malloc(total);
     model->acts_bytes = total;
     char* base = (char*)model->acts_memory;
-    for (size_t i = 0; i < n; i++) {
-        *tensors[i].ptr = base;
-        base += ceil_div(tensors[i].count * tensors[i].elsize, 64) * 64;   // keep 64-byte alignment
+    for (const Buf& t : tensors) {
+        *t.ptr = base;
+        base += ceil_div(t.count * t.elsize, 64) * 64;   // keep 64-byte alignment
     }
     model->losses_host = (float*)malloc(BT * sizeof(float));
     model->max_B = B;
     model->max_T = T;
+    model->num_slots = slots;
 }
+static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_allocate_activations_slots(model, B, T, 1); }
 
 // ---------------------------------------------------------------------------------------
-// Forward: tokens (host array, B x T) -> logits (device, B x T x Vp).
+// Forward pieces
 
-static inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
-    const GPT2Config* cfg = &model->config;
+// A micro-batch's tokens (host array, B x T) into a slot.
+static inline void gpt2_set_batch(GPT2* model, int slot, const int* inputs, int B, int T) {
+    if (slot < 0 || slot >= model->num_slots) { die("activation slot %d of %d", slot, model->num_slots); }
     if (B > model->max_B || T > model->max_T) {
         die("batch %dx%d is larger than the %dx%d the activations were allocated for", B, T, model->max_B, model->max_T);
     }
-    int L = cfg->num_layers, NH = cfg->num_heads, C = cfg->channels, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T;
-    size_t att_size = attention_state_size(B, T, NH);
-    model->B = B;
-    model->T = T;
-    copy_host_to_device(model->inputs, inputs, BT * sizeof(int));
-
-    ParameterTensors p = model->params;
-    ActivationTensors a = model->acts;
-    GPT2Hooks* h = &model->hooks;
-    if (h->forward_begin) { h->forward_begin(h->ctx, &p); }
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        BlockWeights w = block_weights_in(model->params_memory, model->param_info, L, l);
-        if (h->block_forward_begin) { h->block_forward_begin(h->ctx, l, &w); }
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-        // this layer's weights and saved activations
-        floatX* ln1 = a.ln1 + l * BT * C;
-        float* ln1_mean = a.ln1_mean + l * BT;
-        float* ln1_rstd = a.ln1_rstd + l * BT;
-        floatX* qkv = a.qkv + l * BT * 3 * C;
-        floatX* atty = a.atty + l * BT * C;
-        float* att = a.att + l * att_size;
-        floatX* attproj = a.attproj + l * BT * C;
-        floatX* residual2 = a.residual2 + l * BT * C;
-        floatX* ln2 = a.ln2 + l * BT * C;
-        float* ln2_mean = a.ln2_mean + l * BT;
-        float* ln2_rstd = a.ln2_rstd + l * BT;
-        floatX* fch = a.fch + l * BT * 4 * C;
-        floatX* fch_gelu = a.fch_gelu + l * BT * 4 * C;
-        floatX* fcproj = a.fcproj + l * BT * C;
-        floatX* residual3 = a.residual3 + l * BT * C;
-
-        layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C);
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(attproj, atty, w.attprojw, w.attprojb, B, T, C, C);
-        residual_forward(residual2, residual, attproj, BT * C);
-        layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, B, T, C);
-        matmul_forward(fch, ln2, w.fcw, w.fcb, B, T, C, 4 * C);
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
-        residual_forward(residual3, residual2, fcproj, BT * C);
-        if (h->block_forward_end) { h->block_forward_end(h->ctx, l); }
-    }
-    floatX* last = a.residual3 + (L - 1) * BT * C;
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward(model->logits, a.lnf, p.wte, NULL, B, T, C, Vp);   // tied: the LM head is wte
+    ActivationTensors* a = &model->acts[slot];
+    a->B = B;
+    a->T = T;
+    if (inputs) { copy_host_to_device(a->inputs, inputs, (size_t)B * T * sizeof(int)); }
 }
 
-// Cross-entropy on the logits of the last forward. targets (and optional per-token weights)
-// are host arrays of B x T. Returns the sum over tokens of w_i * CE_i; the caller divides by
-// the number of tokens it averages over. With dloss != 0 the logits are overwritten by the
-// logit gradients (scaled by dloss) for gpt2_backward.
-static inline float gpt2_classifier(GPT2* model, const int* targets, const float* weights, float dloss, int write_dlogits) {
-    int B = model->B, T = model->T, BT = B * T;
-    copy_host_to_device(model->targets, targets, (size_t)BT * sizeof(int));
-    if (weights) { copy_host_to_device(model->loss_weights, weights, (size_t)BT * sizeof(float)); }
-    fused_classifier(model->logits, model->losses, weights ? model->loss_weights : NULL, model->targets, dloss,
-                     B, T, model->config.vocab_size, model->config.padded_vocab_size, write_dlogits);
-    copy_device_to_host(model->losses_host, model->losses, (size_t)BT * sizeof(float));
+// The root tensors (embedding, head) for this micro-batch's forward: the hooks may move them.
+static inline void gpt2_forward_begin(GPT2* model) {
+    model->root = model->params;
+    GPT2_HOOKS_BEGIN(model, forward_begin, &model->root);
+}
+
+static inline OpAt gpt2_at(GPT2* model, int slot, int layer) {
+    OpAt at = {model, slot, layer, model->acts[slot].B, model->acts[slot].T};
+    return at;
+}
+
+static inline void gpt2_embed_forward(GPT2* model, int slot) {
+    ActivationTensors* a = &model->acts[slot];
+    OpAt at = gpt2_at(model, slot, -1);
+    model->ops.embedding.forward(model->ops.embedding.ctx, &at, a->encoded, a->inputs, model->root.wte, model->root.wpe,
+                                 model->config.channels);
+}
+
+// Block l's saved activations in a slot (l: global layer index of this stage)
+static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
+    ActivationTensors* a = &model->acts[slot];
+    size_t BT = (size_t)a->B * a->T, C = model->config.channels, li = (size_t)(l - model->place.layer_begin);
+    size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
+    size_t att = attention_state_size(a->B, a->T, gpt2_local_heads(model));
+    BlockActs b;
+    b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BT * C;
+    b.ln1 = a->ln1 + li * BT * C;
+    b.ln1_mean = a->ln1_mean + li * BT;
+    b.ln1_rstd = a->ln1_rstd + li * BT;
+    b.qkv = a->qkv + li * BT * Cq;
+    b.atty = a->atty + li * BT * Ca;
+    b.att = a->att + li * att;
+    b.attproj = a->attproj + li * BT * C;
+    b.residual2 = a->residual2 + li * BT * C;
+    b.ln2 = a->ln2 + li * BT * C;
+    b.ln2_mean = a->ln2_mean + li * BT;
+    b.ln2_rstd = a->ln2_rstd + li * BT;
+    b.fch = a->fch + li * BT * H;
+    b.fch_gelu = a->fch_gelu + li * BT * H;
+    b.fcproj = a->fcproj + li * BT * C;
+    b.residual3 = a->residual3 + li * BT * C;
+    return b;
+}
+// the output of the stage's last block (what the head, or the next stage, reads)
+static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
+    ActivationTensors* a = &model->acts[slot];
+    return a->residual3 + (size_t)(gpt2_local_layers(model) - 1) * a->B * a->T * model->config.channels;
+}
+
+// The block's computation on given weights and activation buffers: the one copy of the block
+// that training (gpt2_block_forward) and generation (llmc/generate.h) share.
+static inline void gpt2_block_compute(GPT2* model, const GPT2Ops* ops, const OpAt* at, const BlockWeights* w,
+                                      BlockActs* b) {
+    int B = at->B, T = at->T, C = model->config.channels;
+    int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), NH = gpt2_local_heads(model);
+    size_t BTC = (size_t)B * T * C;
+    layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, w->ln1w, w->ln1b, B, T, C);
+    ops->linear.forward(ops->linear.ctx, at, LINEAR_QKV, b->qkv, b->ln1, w->qkvw, w->qkvb, C, Cq);
+    ops->attention.forward(ops->attention.ctx, at, b->atty, b->att, b->qkv, Ca, NH);
+    ops->linear.forward(ops->linear.ctx, at, LINEAR_ATTPROJ, b->attproj, b->atty, w->attprojw, w->attprojb, Ca, C);
+    residual_forward(b->residual2, b->residual, b->attproj, BTC);
+    layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, w->ln2w, w->ln2b, B, T, C);
+    MLPActs mlp = {b->fch, b->fch_gelu, b->fcproj};
+    ops->mlp.forward(ops->mlp.ctx, at, &mlp, b->ln2, w, C, H);
+    residual_forward(b->residual3, b->residual2, b->fcproj, BTC);
+}
+
+static inline void gpt2_block_forward(GPT2* model, int slot, int l) {
+    BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
+    GPT2_HOOKS_BEGIN(model, block_forward_begin, l, &w);
+    BlockActs b = gpt2_block_acts(model, slot, l);
+    OpAt at = gpt2_at(model, slot, l);
+    gpt2_block_compute(model, &model->ops, &at, &w, &b);
+    GPT2_HOOKS_END(model, block_forward_end, l);
+}
+
+// final layernorm and the tied LM head: logits (B, T, Vp) of the slot
+static inline void gpt2_head_forward(GPT2* model, int slot) {
+    ActivationTensors* a = &model->acts[slot];
+    OpAt at = gpt2_at(model, slot, -1);
+    int C = model->config.channels;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt2_stage_output(model, slot), model->root.lnfw,
+                      model->root.lnfb, a->B, a->T, C);
+    model->ops.linear.forward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, model->logits, a->lnf, model->root.wte, NULL, C,
+                              gpt2_local_vocab(model));
+}
+
+// Cross-entropy on the slot's logits. targets (and optional per-token weights) are host arrays
+// of B x T. Returns the sum over tokens of w_i * CE_i; the caller divides by the number of
+// tokens it averages over. With write_dlogits the logits are overwritten by the logit
+// gradients (scaled by dloss) for the backward.
+static inline float gpt2_head_loss(GPT2* model, int slot, const int* targets, const float* weights, float dloss,
+                                   int write_dlogits) {
+    ActivationTensors* a = &model->acts[slot];
+    int BT = a->B * a->T;
+    OpAt at = gpt2_at(model, slot, -1);
+    copy_host_to_device(a->targets, targets, (size_t)BT * sizeof(int));
+    if (weights) { copy_host_to_device(a->loss_weights, weights, (size_t)BT * sizeof(float)); }
+    model->ops.classifier.loss(model->ops.classifier.ctx, &at, model->logits, a->losses, weights ? a->loss_weights : NULL, a->targets,
+                          dloss, model->config.vocab_size, model->config.padded_vocab_size, write_dlogits);
+    copy_device_to_host(model->losses_host, a->losses, (size_t)BT * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) { sum += model->losses_host[i]; }
     return (float)sum;
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward pieces: from the dlogits left by gpt2_head_loss to parameter gradients, which are
+// ACCUMULATED (+=) so that several micro-steps add up before one update.
+// The residual add's gradient is the identity into both of its inputs, so one buffer,
+// dresidual, carries the residual stream's gradient down through all the layers; each
+// branch reads it and each layernorm backward adds its input gradient into it.
+
+static inline void gpt2_backward_begin(GPT2* model) {
+    model->root = model->params;
+    model->root_grads = model->grads;
+    GPT2_HOOKS_BEGIN(model, backward_begin, &model->root, &model->root_grads);
+}
+
+// LM head and final layernorm: dresidual = d(stage output)
+static inline void gpt2_head_backward(GPT2* model, int slot) {
+    ActivationTensors* a = &model->acts[slot];
+    GradientBuffers d = model->bufs;
+    OpAt at = gpt2_at(model, slot, -1);
+    int B = a->B, T = a->T, C = model->config.channels;
+    model->ops.linear.backward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, d.dln, model->root_grads.wte, NULL, model->logits,
+                               a->lnf, model->root.wte, C, gpt2_local_vocab(model));
+    device_memset_zero(d.dresidual, (size_t)B * T * C * sizeof(floatX));
+    layernorm_backward(d.dresidual, model->root_grads.lnfw, model->root_grads.lnfb, d.dln, gpt2_stage_output(model, slot),
+                       model->root.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C);
+}
+
+// dresidual holds d(block l's output) on entry, d(block l's input) on exit
+static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
+    BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
+    BlockWeights gw = block_weights_in(model->grads_memory, model->param_info, &model->place, l);
+    GPT2_HOOKS_BEGIN(model, block_backward_begin, l, &w, &gw);
+    BlockActs b = gpt2_block_acts(model, slot, l);
+    OpAt at = gpt2_at(model, slot, l);
+    const GPT2Ops* ops = &model->ops;
+    GradientBuffers d = model->bufs;
+    int B = at.B, T = at.T, C = model->config.channels;
+    int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), NH = gpt2_local_heads(model);
+    // MLP half: dresidual holds d(residual3) = d(fcproj) = d(residual2) so far
+    MLPActs mlp = {b.fch, b.fch_gelu, b.fcproj};
+    ops->mlp.backward(ops->mlp.ctx, &at, d.dln, d.dresidual, &mlp, b.ln2, &w, &gw, d.dfch, C, H);
+    layernorm_backward(d.dresidual, gw.ln2w, gw.ln2b, d.dln, b.residual2, w.ln2w, b.ln2_mean, b.ln2_rstd, B, T, C);
+    // attention half: dresidual now holds d(residual2) = d(attproj) = d(residual)
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_ATTPROJ, d.datty, gw.attprojw, gw.attprojb, d.dresidual, b.atty,
+                         w.attprojw, Ca, C);
+    ops->attention.backward(ops->attention.ctx, &at, d.dqkv, d.datty, b.qkv, b.att, Ca, NH);
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_QKV, d.dln, gw.qkvw, gw.qkvb, d.dqkv, b.ln1, w.qkvw, C, Cq);
+    layernorm_backward(d.dresidual, gw.ln1w, gw.ln1b, d.dln, b.residual, w.ln1w, b.ln1_mean, b.ln1_rstd, B, T, C);
+    GPT2_HOOKS_END(model, block_backward_end, l);
+}
+
+static inline void gpt2_embed_backward(GPT2* model, int slot) {
+    ActivationTensors* a = &model->acts[slot];
+    OpAt at = gpt2_at(model, slot, -1);
+    model->ops.embedding.backward(model->ops.embedding.ctx, &at, model->root_grads.wte, model->root_grads.wpe, model->bufs.dresidual,
+                                  a->inputs, model->config.channels);
+}
+
+static inline void gpt2_backward_end(GPT2* model) { GPT2_HOOKS_END(model, backward_end); }
+
+// ---------------------------------------------------------------------------------------
+// The whole model on one micro-batch (slot 0), composed of the pieces: what a rank that holds
+// every layer runs, and what the tests call.
+
+static inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
+    gpt2_set_batch(model, 0, inputs, B, T);
+    model->B = B;
+    model->T = T;
+    gpt2_forward_begin(model);
+    if (model->place.has_embedding) { gpt2_embed_forward(model, 0); }
+    for (int l = model->place.layer_begin; l < model->place.layer_end; l++) { gpt2_block_forward(model, 0, l); }
+    if (model->place.has_head) { gpt2_head_forward(model, 0); }
+}
+
+static inline float gpt2_classifier(GPT2* model, const int* targets, const float* weights, float dloss, int write_dlogits) {
+    return gpt2_head_loss(model, 0, targets, weights, dloss, write_dlogits);
+}
+
+static inline void gpt2_backward(GPT2* model) {
+    gpt2_backward_begin(model);
+    if (model->place.has_head) { gpt2_head_backward(model, 0); }
+    for (int l = model->place.layer_end - 1; l >= model->place.layer_begin; l--) { gpt2_block_backward(model, 0, l); }
+    if (model->place.has_embedding) { gpt2_embed_backward(model, 0); }
+    gpt2_backward_end(model);
 }
 
 // Copy the logits of position (b, t) of the last forward to a host array of Vp floats.
@@ -417,65 +562,22 @@ static inline void gpt2_logits_to_host(GPT2* model, int b, int t, float* out) {
     copy_floats_to_host(out, model->logits + ((size_t)b * model->T + t) * Vp, Vp);
 }
 
-static inline void gpt2_zero_grad(GPT2* model) {
-    device_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
+// A placement that keeps the gradients (or the parameters) elsewhere releases the model's own
+// flat buffer: bucketed data parallelism packs gradients into buckets, ZeRO-3 keeps only
+// parameter shards. The pointers become NULL; the hooks supply them from then on.
+static inline void gpt2_release_grads(GPT2* model) {
+    device_free(model->grads_memory);
+    model->grads_memory = NULL;
+    point_parameters(&model->grads, NULL, model->param_info);
+}
+static inline void gpt2_release_params(GPT2* model) {
+    device_free(model->params_memory);
+    model->params_memory = NULL;
+    point_parameters(&model->params, NULL, model->param_info);
 }
 
-// ---------------------------------------------------------------------------------------
-// Backward: from the dlogits left by gpt2_classifier to parameter gradients, which are
-// ACCUMULATED (+=) so that several micro-steps add up before one update.
-// The residual add's gradient is the identity into both of its inputs, so one buffer,
-// dresidual, carries the residual stream's gradient down through all the layers; each
-// branch reads it and each layernorm backward adds its input gradient into it.
-
-static inline void gpt2_backward(GPT2* model) {
-    const GPT2Config* cfg = &model->config;
-    int B = model->B, T = model->T;
-    int L = cfg->num_layers, NH = cfg->num_heads, C = cfg->channels, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T;
-    size_t att_size = attention_state_size(B, T, NH);
-    ParameterTensors p = model->params, g = model->grads;
-    ActivationTensors a = model->acts;
-    GradientBuffers d = model->bufs;
-    GPT2Hooks* h = &model->hooks;
-    if (h->backward_begin) { h->backward_begin(h->ctx, &p, &g); }
-
-    // LM head and final layernorm
-    matmul_backward(d.dln, g.wte, NULL, model->logits, a.lnf, p.wte, B, T, C, Vp);
-    device_memset_zero(d.dresidual, BT * C * sizeof(floatX));
-    floatX* last = a.residual3 + (L - 1) * BT * C;
-    layernorm_backward(d.dresidual, g.lnfw, g.lnfb, d.dln, last, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
-
-    for (int l = L - 1; l >= 0; l--) {
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-        floatX* ln1 = a.ln1 + l * BT * C;
-        floatX* qkv = a.qkv + l * BT * 3 * C;
-        floatX* atty = a.atty + l * BT * C;
-        float* att = a.att + l * att_size;
-        floatX* residual2 = a.residual2 + l * BT * C;
-        floatX* ln2 = a.ln2 + l * BT * C;
-        floatX* fch = a.fch + l * BT * 4 * C;
-        floatX* fch_gelu = a.fch_gelu + l * BT * 4 * C;
-        BlockWeights w = block_weights_in(model->params_memory, model->param_info, L, l);
-        BlockWeights gw = block_weights_in(model->grads_memory, model->param_info, L, l);
-        if (h->block_backward_begin) { h->block_backward_begin(h->ctx, l, &w, &gw); }
-
-        // MLP half: dresidual holds d(residual3) = d(fcproj) = d(residual2) so far
-        matmul_backward(d.dfch, gw.fcprojw, gw.fcprojb, d.dresidual, fch_gelu, w.fcprojw, B, T, 4 * C, C);
-        gelu_backward(d.dfch, fch, d.dfch, BT * 4 * C);
-        matmul_backward(d.dln, gw.fcw, gw.fcb, d.dfch, ln2, w.fcw, B, T, C, 4 * C);
-        layernorm_backward(d.dresidual, gw.ln2w, gw.ln2b, d.dln, residual2, w.ln2w,
-                           a.ln2_mean + l * BT, a.ln2_rstd + l * BT, B, T, C);
-        // attention half: dresidual now holds d(residual2) = d(attproj) = d(residual)
-        matmul_backward(d.datty, gw.attprojw, gw.attprojb, d.dresidual, atty, w.attprojw, B, T, C, C);
-        attention_backward(d.dqkv, d.datty, qkv, att, B, T, C, NH);
-        matmul_backward(d.dln, gw.qkvw, gw.qkvb, d.dqkv, ln1, w.qkvw, B, T, C, 3 * C);
-        layernorm_backward(d.dresidual, gw.ln1w, gw.ln1b, d.dln, residual, w.ln1w,
-                           a.ln1_mean + l * BT, a.ln1_rstd + l * BT, B, T, C);
-        if (h->block_backward_end) { h->block_backward_end(h->ctx, l); }
-    }
-    encoder_backward(g.wte, g.wpe, d.dresidual, model->inputs, B, T, C);
-    if (h->backward_end) { h->backward_end(h->ctx); }
+static inline void gpt2_zero_grad(GPT2* model) {
+    device_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -512,6 +614,7 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
     model->step += 1;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model->param_info[i];
+        if (p->numel == 0) { continue; }
         adamw_update(model->params_memory + p->offset, model->master_memory ? model->master_memory + p->offset : NULL,
                      model->grads_memory + p->offset,
                      model->m_memory + p->offset, model->v_memory + p->offset, p->numel, lr, beta1, beta2,
@@ -522,10 +625,11 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
 }
 
 // FLOPs of one training step per token (forward + backward = 3 x forward): 6 per parameter
-// in the matmuls, plus attention's QK^T and AV, 12 * L * C * T (PaLM's estimate).
+// in the matmuls, plus attention's QK^T and AV, 12 * L * C * T (PaLM's estimate). The whole
+// model's: a sharded rank does its share.
 static inline double gpt2_flops_per_token(const GPT2* model, int T) {
     const GPT2Config* c = &model->config;
-    return 6.0 * (double)model->num_parameters + 12.0 * c->num_layers * c->channels * (double)T;
+    return 6.0 * (double)model->num_parameters_full + 12.0 * c->num_layers * c->channels * (double)T;
 }
 
 static inline void gpt2_free(GPT2* model) {

@@ -3,7 +3,9 @@
 #   1. the emulator's own checks (dev/emu/test_emu.cu), plain and with AddressSanitizer;
 #   2. every llmc/cuda kernel against llmc/cpu (test/test_cuda_kernels.cu) in the three thread
 #      orders (a missing __syncthreads fails in at least one), the fp32 build, and the
-#      AddressSanitizer build (an out-of-bounds access is reported).
+#      AddressSanitizer build (an out-of-bounds access is reported);
+#   3. the extension points (test/test_seams.cu: ops, chained placement hooks, the step, the
+#      shard rule) on the bf16 CUDA build.
 # Each binary's PASS/FAIL lines are printed with the run in brackets after the verdict:
 #   PASS [reverse] layernorm_backward B=3 T=101 C=100: ...
 # A binary that stops without printing a FAIL line (a deadlock report, an ASan report, a
@@ -44,4 +46,5 @@ for order in forward reverse random; do
 done
 check fp32 CUDAEMU_ORDER=random -- "$E/test_cuda_kernels_fp32"
 check asan CUDAEMU_ORDER=reverse -- "$E/test_cuda_kernels_asan"
+check seams -- "$E/test_seams"
 exit $status

@@ -18,20 +18,20 @@ EMU_FLAGS = -std=c++17 $(EMU_OPT) -fopenmp -fno-strict-aliasing -Wall -Wextra -W
 EMU_ASAN = -fsanitize=address -fno-omit-frame-pointer -g
 EMU_RUNTIME_DEPS = dev/emu/runtime.cpp dev/emu/cuda_emu.h dev/emu/emu_ptx.h $(wildcard dev/emu/include/*.h)
 # every source the emulated programs include, rewritten into $(EMU_DIR)/src (same paths)
-EMU_SOURCES = $(wildcard *.cu llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh llmc/comm/*.h llmc/comm/*.cuh llmc/parallel/*.h \
+EMU_SOURCES = $(wildcard *.cu llmc/*.h llmc/tasks/*.h llmc/cpu/*.h llmc/cuda/*.cuh llmc/comm/*.h llmc/comm/*.cuh llmc/parallel/*.h \
   test/*.cu dev/cuda/*.cu dev/cuda/*.h dev/cuda/*.cuh dev/emu/*.cu)
 EMU_LAB = encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
   attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm
 # multi-rank programs: MPI through mpicxx's flags, g++ compiling (the device path of llmc/comm)
 EMU_MPI_CFLAGS = $(if $(MPICXX),-DUSE_MPI -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile 2>/dev/null))
 EMU_MPI_LIBS = $(if $(MPICXX),$(shell $(MPICXX) --showme:link 2>/dev/null))
-EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/train_gpt2cu_fp32 $(EMU_DIR)/test_cuda_kernels \
+EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $(EMU_DIR)/test_gpt2cu_fp32 $(EMU_DIR)/train_gpt2cu $(EMU_DIR)/train_gpt2cu_fp32 $(EMU_DIR)/test_seams $(EMU_DIR)/test_cuda_kernels \
   $(EMU_DIR)/test_cuda_kernels_fp32 $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
   $(if $(MPICXX),$(EMU_DIR)/test_collectives_device)
 
 # the binaries make test and make test-fast run (test/run_tests.sh: the emu-* suites), when the
 # toolkit's headers are there (otherwise those suites say they are skipped)
-EMU_FAST_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_cuda_kernels $(EMU_DIR)/test_cuda_kernels_fp32 \
+EMU_FAST_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_seams $(EMU_DIR)/test_cuda_kernels $(EMU_DIR)/test_cuda_kernels_fp32 \
   $(EMU_DIR)/test_cuda_kernels_asan
 ifneq ($(EMU_CUDA_INC),)
 test-noinstall: $(EMU_BINS)
@@ -85,6 +85,8 @@ $(EMU_DIR)/train_gpt2cu: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config
 	$(call emu_build,$@,train_gpt2.cu,$(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
 $(EMU_DIR)/train_gpt2cu_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_mpi.flags
 	$(call emu_build,$@,train_gpt2.cu,-DENABLE_FP32 $(EMU_MPI_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_MPI_LIBS))
+$(EMU_DIR)/test_seams: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
+	$(call emu_build,$@,test/test_seams.cu,,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/test_cuda_kernels: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o
 	$(call emu_build,$@,test/test_cuda_kernels.cu,,$(EMU_DIR)/runtime.o,)
 $(EMU_DIR)/test_cuda_kernels_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o

@@ -1,6 +1,6 @@
 // Causal multi-head self-attention (formulas in llmc/cpu/attention.h). inp (B,T,3C) holds
 // q | k | v; head h uses channels h*hs .. (h+1)*hs-1 of each; scale = 1/sqrt(hs).
-// Two implementations, both callable by name (the kernel lab compares them):
+// Four implementations, each callable by name (the kernel lab compares them):
 //
 // 1. materialized: stores the T x T probabilities P of every head (att: B*NH*T*T floats), as
 //    the CPU does. Forward: one warp per query row (scores, softmax, P @ V). Backward: one warp
@@ -8,9 +8,9 @@
 //    thread per output element sums dQ = scale dS K over keys and dK = scale dS^T Q,
 //    dV = P^T dO over queries, each in a fixed order.
 //
-// 2. flash (the default, what attention_forward/attention_backward call): never forms the
-//    T x T matrix; the forward saves only lse = logsumexp of each row's scaled scores
-//    (B*NH*T floats), from which P[t][t2] = exp(s[t][t2] - lse[t]) is recomputed exactly.
+// 2. flash on CUDA cores: never forms the T x T matrix; the forward saves only
+//    lse = logsumexp of each row's scaled scores (B*NH*T floats = attention_state_size), from
+//    which P[t][t2] = exp(s[t][t2] - lse[t]) is recomputed exactly.
 //    Forward: a block of 64 threads owns 64 query rows of one (b, h), one thread per row;
 //    keys and values stream through shared memory 32 at a time and each thread keeps the
 //    online-softmax state (running max m, sum l, unnormalised output o[hs] in registers):
@@ -23,8 +23,18 @@
 //         dv += P dO,  dS = P (dO.v - D),  dk += dS q scale;
 //      c) dQ: a block owns 64 queries and streams the keys t2 <= t: dq += dS k scale.
 //    Each sum is one thread's, in a fixed order: deterministic. dinp is OVERWRITTEN.
-//    All the math is fp32 on CUDA cores (no tensor cores yet: see doc/cuda-backend.md).
-//    Head sizes 16, 32, 64 and 128 (every GPT-2 size uses 64; the tiny model 32).
+//    All of its math is fp32 on CUDA cores. Head sizes 16, 32, 64 and 128.
+//
+// 3. flash on tensor cores (section "3. flash on tensor cores" below): the same math as 2,
+//    with the T x T x hs products on mma.sync (bf16 in, fp32 accumulate). bf16 build only, head
+//    sizes 16, 32 and 64 (every GPT-2 size uses 64; the tiny model 32).
+//
+// attention_forward / attention_backward, what the model's default attention op calls
+// (llmc/ops.h), pick 3 where it applies and 2 otherwise; both save the same lse, so either
+// backward fits either forward.
+//
+// 4. with a KV cache, for generation (attention_forward_cached, the last section): the op
+//    llmc/generate.h installs in place of attention for the cached forward.
 #pragma once
 
 #include "common.cuh"
@@ -873,7 +883,7 @@ static inline void attention_backward(floatX* dinp, const floatX* dout, const fl
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. with a KV cache, for generation (llmc/generate.h; the math is in llmc/cpu/attention.h).
+// 4. with a KV cache, for generation (llmc/generate.h; the math is in llmc/cpu/attention.h).
 // Token j of the call belongs to cache row r = rows[j] at position p = positions[j];
 // kcache, vcache are (rows, maxT, C) for one layer. Two kernels, so that every store is done
 // before any token attends (a token reads the keys of the other tokens of its row in the call):

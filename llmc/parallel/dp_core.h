@@ -1,15 +1,6 @@
-// What every data-parallel mode shares: the memory accounting, the communication thread, the
-// bucket layout of the gradients, and the wrappers around the collectives.
-//
-// Buckets. The backward pass finishes the gradients one block at a time, last block first, and
-// the embeddings (wte, wpe) and the final layernorm last of all: wte is also the LM head, and its
-// gradient is complete only after the encoder's backward. So the parameters fall into L + 1
-// "units" (block l = unit l, the rest = unit L, "root"), ready in the order L-1, ..., 1, 0, root.
-// A bucket is a run of consecutive units in that order, up to --bucket-mb; its gradients live
-// packed in one contiguous buffer (each unit's tensors one after another), so one collective
-// moves the whole bucket. The backward writes straight into the bucket (the pointers come from
-// the hooks of llmc/gpt2.h). Every bucket is padded with zeros to a multiple of the number of
-// ranks N, so each rank owns an equal block of it: Psi_pad = sum of padded bucket sizes.
+// What every data-parallel mode shares: its state (DataParallel), the memory accounting, the
+// communication thread, and the wrappers around the collectives. The modes themselves are
+// tables of functions (DPModeOps, dp_mode.h); the gradient buckets are in buckets.h.
 //
 // The communication thread plays the role of a CUDA communication stream: the compute thread
 // enqueues a collective as soon as its bucket is ready and goes on with the backward; the
@@ -35,8 +26,8 @@
 #include "../comm/ring.h"
 #include "mesh.h"
 
-typedef enum { DP_NAIVE, DP_DDP, DP_PS, DP_ZERO1, DP_ZERO2, DP_ZERO3 } DPMode;
-static const char* DP_MODE_NAMES[] = {"naive all-reduce", "bucketed DDP", "parameter server", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+struct DPModeOps;        // a mode: what it keeps, which collectives run when (dp_mode.h)
+struct DPOptimizerOps;   // where the optimizer state lives and AdamW runs (dp_mode.h, offload.h)
 
 // memory categories of the table printed at start
 enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_NCAT };
@@ -76,9 +67,10 @@ typedef struct {
     size_t n;
 } OptSegment;
 
-typedef struct {
+typedef struct DataParallel {
     // configuration
-    DPMode mode;
+    const struct DPModeOps* ops;       // the mode: dp_naive.h, dp_ddp.h, dp_ps.h, dp_zero.h, dp_zero3.h
+    const struct DPOptimizerOps* opt;  // the optimizer state on the device, or on the host (offload.h)
     int offload;                  // ZeRO-1/2 with the optimizer state and update on the host
     int use_ring;                 // 1: our ring collectives (counted), 0: the native MPI ones
     int ps_servers;
@@ -86,8 +78,10 @@ typedef struct {
     Comm* comm;                   // the data-parallel group
     int N, rank;
     GPT2* model;
-    // layout
+    // layout (buckets.h): units 0 .. nl-1 are the stage's blocks (local index), then the root
     std::vector<Bucket> buckets;
+    int num_units, root_unit;              // root_unit = nl, or -1 when the stage holds no tensor outside the blocks
+    int one_unit_per_bucket;               // ZeRO-3: a bucket per block (and one for the root)
     std::vector<int> unit_bucket;          // unit -> bucket
     std::vector<size_t> unit_offset;       // unit -> element offset inside its bucket
     std::vector<std::vector<Slice>> unit_slices;   // unit -> its slices (packed = offset in bucket)
@@ -101,6 +95,7 @@ typedef struct {
     // state of the current optimizer step
     int sync;                     // 1: this micro-step communicates (the last one, or always for ZeRO-2/3)
     int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving
+    GPT2Hooks hooks;              // the placement hooks this mode installed in the model's chain
     // the communication thread
     std::thread thread;
     std::mutex mu;
@@ -270,86 +265,4 @@ static inline void dp_allgather(DataParallel* dp, floatX* buf, size_t n) {
     floatX* mine = buf + (size_t)dp->rank * (n / dp->N);
     if (dp->use_ring) { allgather_ring(dp->comm, mine, buf, n, COMM_FLOATX); }
     else { allgather_native(dp->comm, mine, buf, n, COMM_FLOATX); }
-}
-
-// ---------------------------------------------------------------------------------------
-// the layout: units and buckets
-
-static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
-    const GPT2Config* c = &dp->model->config;
-    const ParamInfo* info = dp->model->param_info;
-    int L = c->num_layers;
-    dp->unit_slices.assign(L + 1, std::vector<Slice>());
-    for (int l = 0; l < L; l++) {
-        size_t off = 0;
-        for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
-            const ParamInfo* p = &info[FIRST_BLOCK_TENSOR + k];
-            size_t n = p->numel / L;
-            dp->unit_slices[l].push_back({FIRST_BLOCK_TENSOR + k, p->offset + (size_t)l * n, n, off});
-            off += n;
-        }
-    }
-    size_t off = 0;
-    for (int i : {0, 1, 14, 15}) {   // wte, wpe, lnfw, lnfb
-        dp->unit_slices[L].push_back({i, info[i].offset, info[i].numel, off});
-        off += info[i].numel;
-    }
-    // ready order: L-1 .. 0, then the root
-    std::vector<int> order;
-    for (int l = L - 1; l >= 0; l--) { order.push_back(l); }
-    order.push_back(L);
-    dp->unit_bucket.assign(L + 1, -1);
-    dp->unit_offset.assign(L + 1, 0);
-    dp->buckets.clear();
-    for (int u : order) {
-        size_t n = 0;
-        for (const Slice& s : dp->unit_slices[u]) { n += s.count; }
-        bool fits = !dp->buckets.empty() && !one_unit_per_bucket &&
-                    (dp->buckets.back().count + n) * sizeof(floatX) <= dp->bucket_bytes;
-        if (!fits) { dp->buckets.push_back(Bucket{}); }
-        Bucket* b = &dp->buckets.back();
-        dp->unit_bucket[u] = (int)dp->buckets.size() - 1;
-        dp->unit_offset[u] = b->count;
-        for (Slice s : dp->unit_slices[u]) {
-            s.packed += b->count;
-            b->slices.push_back(s);
-        }
-        b->units.push_back(u);
-        b->count += n;
-    }
-    dp->psi_pad = 0;
-    for (Bucket& b : dp->buckets) {
-        b.padded = ceil_div(b.count, dp->N) * dp->N;
-        b.shard = b.padded / dp->N;
-        dp->psi_pad += b.padded;
-    }
-}
-
-// pointers of a unit's tensors inside a packed bucket buffer
-static inline void dp_block_pointers(DataParallel* dp, int l, floatX* bucket_base, BlockWeights* w) {
-    size_t base = dp->unit_offset[l];
-    const std::vector<Slice>& sl = dp->unit_slices[l];
-    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) { *block_tensor(w, k) = bucket_base + base + sl[k].packed; }
-}
-static inline void dp_root_pointers(DataParallel* dp, floatX* bucket_base, ParameterTensors* p) {
-    int L = dp->model->config.num_layers;
-    size_t base = dp->unit_offset[L];
-    const std::vector<Slice>& sl = dp->unit_slices[L];
-    p->wte = bucket_base + base + sl[0].packed;
-    p->wpe = bucket_base + base + sl[1].packed;
-    p->lnfw = bucket_base + base + sl[2].packed;
-    p->lnfb = bucket_base + base + sl[3].packed;
-}
-
-// copy between the table-ordered flat buffer and a packed bucket, over the bucket range
-// [lo, hi) (to_packed = 1: flat -> packed)
-static inline void dp_copy_range(const Bucket* b, floatX* flat, floatX* packed, size_t lo, size_t hi, int to_packed) {
-    for (const Slice& s : b->slices) {
-        size_t a = std::max(lo, s.packed), e = std::min(hi, s.packed + s.count);
-        if (a >= e) { continue; }
-        floatX* f = flat + s.flat + (a - s.packed);
-        floatX* p = packed + a;
-        if (to_packed) { copy_device_to_device(p, f, (e - a) * sizeof(floatX)); }
-        else { copy_device_to_device(f, p, (e - a) * sizeof(floatX)); }
-    }
 }

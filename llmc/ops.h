@@ -1,0 +1,124 @@
+// The ops: HOW each sublayer of GPT-2 is computed. One of the three extension points of
+// doc/architecture.md (the others: the placement hooks of llmc/gpt2.h, where weights and
+// gradients live; the step of llmc/step.h, the order of the passes).
+//
+//   x ──ln1──> [linear QKV] ──> [attention] ──> [linear ATTPROJ] ──(+x)──ln2──> [mlp] ──(+)──>
+//   tokens ──> [embedding] ──> blocks ──> lnf ──> [linear LM_HEAD] ──> [classifier] ──> loss
+//
+// The passes (llmc/gpt2.h) call every bracketed sublayer through model->ops; the default
+// entries below are today's kernels on the whole layer. A strategy replaces entries, never the
+// passes:
+//   tensor/sequence parallelism  linear (column-parallel QKV/FC with f, row-parallel ATTPROJ/
+//                                FCPROJ with g), embedding + LM_HEAD + classifier (vocab-parallel)
+//   context parallelism          attention (ring attention over the cp group)
+//   expert parallelism           mlp (router, all-to-all dispatch, experts, combine)
+//   generation (generate.h)      attention (over the KV cache)
+// An op sees where it is called (OpAt: the model, the micro-batch slot, the layer, B and T) and
+// this rank's LOCAL sizes: with tp ranks the QKV linear has 3C/tp outputs, attention NH/tp
+// heads, the MLP 4C/tp hidden units (llmc/params.h's shard rules). T is the sequence length
+// inside the sublayer (a sequence-parallel op receives T/tp of it and gathers the rest).
+// Each sublayer's entries come with their own `ctx` (the owner's state: communicator, buffers),
+// so strategies that replace different sublayers do not collide; the default entries take none. The mlp and the linears are separate entries: the default mlp
+// calls model->ops.linear, so a tensor-parallel linear also parallelises the default MLP.
+#pragma once
+
+#include "common.h"
+#include "backend.h"
+#include "params.h"
+
+struct GPT2;
+typedef struct {
+    struct GPT2* model;
+    int slot;        // micro-batch slot (llmc/gpt2.h): whose saved activations
+    int layer;       // global layer index, -1 outside the blocks
+    int B, T;
+} OpAt;
+
+typedef enum { LINEAR_QKV, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ, LINEAR_LM_HEAD, NUM_LINEAR_SITES } LinearSite;
+static inline const char* linear_site_name(int site) {
+    static const char* names[NUM_LINEAR_SITES] = {"qkv", "attproj", "fc", "fcproj", "lm_head"};
+    return names[site];
+}
+
+// the MLP's saved activations: fch = fc(x) before GELU, fch_gelu after, out = fcproj(...)
+typedef struct {
+    floatX* fch;
+    floatX* fch_gelu;
+    floatX* out;
+} MLPActs;
+
+// Each sublayer: a forward, a backward, and the ctx its owner passes to both.
+typedef struct {
+    struct {   // out (B,T,C) = wte[tokens] + wpe[0..T); backward: dwte, dwpe += the gradient of out
+        void* ctx;
+        void (*forward)(void* ctx, const OpAt* at, floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
+                        int C);
+        void (*backward)(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
+                         int C);
+    } embedding;
+    struct {   // out (B,T,OC) = inp (B,T,C) w^T + bias (bias may be NULL); backward: dinp = dout w
+        void* ctx;   // (overwritten), dw and dbias += (accumulated)
+        void (*forward)(void* ctx, const OpAt* at, int site, floatX* out, const floatX* inp, const floatX* w,
+                        const floatX* bias, int C, int OC);
+        void (*backward)(void* ctx, const OpAt* at, int site, floatX* dinp, floatX* dw, floatX* dbias,
+                         const floatX* dout, const floatX* inp, const floatX* w, int C, int OC);
+    } linear;
+    struct {   // out (B,T,C) = causal attention of qkv (B,T,3C) with NH heads; `state` is saved for backward
+        void* ctx;
+        void (*forward)(void* ctx, const OpAt* at, floatX* out, float* state, const floatX* qkv, int C, int NH);
+        void (*backward)(void* ctx, const OpAt* at, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                         const float* state, int C, int NH);
+    } attention;
+    struct {   // acts->out (B,T,C) = fcproj(gelu(fc(inp))), H hidden units; backward: dinp overwritten,
+        void* ctx;   // the MLP's weight gradients in g accumulate, dh is (B,T,H) scratch
+        void (*forward)(void* ctx, const OpAt* at, MLPActs* acts, const floatX* inp, const BlockWeights* w, int C, int H);
+        void (*backward)(void* ctx, const OpAt* at, floatX* dinp, const floatX* dout, const MLPActs* acts,
+                         const floatX* inp, const BlockWeights* w, BlockWeights* g, floatX* dh, int C, int H);
+    } mlp;
+    struct {   // per-token cross-entropy of logits (B,T,Vp) against targets, times the optional
+        void* ctx;   // weights, into losses (B,T); write_dlogits: logits become dloss * dCE/dlogits
+        void (*loss)(void* ctx, const OpAt* at, floatX* logits, float* losses, const float* weights, const int* targets,
+                     float dloss, int V, int Vp, int write_dlogits);
+    } classifier;
+} GPT2Ops;
+
+// ---------------------------------------------------------------------------------------
+// The default entries: the backend's kernels (llmc/cpu/ or llmc/cuda/), one layer whole.
+
+static inline void op_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const floatX* wte,
+                                        const floatX* wpe, int C) {
+    (void)ctx;
+    encoder_forward(out, tokens, wte, wpe, at->B, at->T, C);
+}
+static inline void op_embedding_backward(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout,
+                                         const int* tokens, int C) {
+    (void)ctx;
+    encoder_backward(dwte, dwpe, dout, tokens, at->B, at->T, C);
+}
+static inline void op_linear_forward(void* ctx, const OpAt* at, int site, floatX* out, const floatX* inp,
+                                     const floatX* w, const floatX* bias, int C, int OC) {
+    (void)ctx; (void)site;
+    matmul_forward(out, inp, w, bias, at->B, at->T, C, OC);
+}
+static inline void op_linear_backward(void* ctx, const OpAt* at, int site, floatX* dinp, floatX* dw, floatX* dbias,
+                                      const floatX* dout, const floatX* inp, const floatX* w, int C, int OC) {
+    (void)ctx; (void)site;
+    matmul_backward(dinp, dw, dbias, dout, inp, w, at->B, at->T, C, OC);
+}
+static inline void op_attention_forward(void* ctx, const OpAt* at, floatX* out, float* state, const floatX* qkv, int C,
+                                        int NH) {
+    (void)ctx;
+    attention_forward(out, state, qkv, at->B, at->T, C, NH);
+}
+static inline void op_attention_backward(void* ctx, const OpAt* at, floatX* dqkv, const floatX* dout,
+                                         const floatX* qkv, const float* state, int C, int NH) {
+    (void)ctx;
+    attention_backward(dqkv, dout, qkv, state, at->B, at->T, C, NH);
+}
+static inline void op_classifier(void* ctx, const OpAt* at, floatX* logits, float* losses, const float* weights,
+                                 const int* targets, float dloss, int V, int Vp, int write_dlogits) {
+    (void)ctx;
+    fused_classifier(logits, losses, weights, targets, dloss, at->B, at->T, V, Vp, write_dlogits);
+}
+// op_mlp_forward / op_mlp_backward call the model's linear entries: llmc/gpt2.h defines them
+

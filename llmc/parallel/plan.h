@@ -1,0 +1,252 @@
+// The plan: everything about how this run is spread over ranks, built once from the mesh and
+// the flags, so that the trainer (train_gpt2.cu) never asks which build or which mesh it is in.
+//
+//   flags ──> plan_init: MPI (or the one-process stand-in, llmc/comm/mpi_single.h), the world,
+//             the mesh dp x pp x cp x tp (llmc/parallel/mesh.h), this rank's GPU, one voice
+//   model ──> plan_attach: the model's place in the mesh (llmc/params.h: which shard), the
+//             placement hooks (data parallelism's mode: llmc/parallel/dp.h), the step
+//             (llmc/step.h: gradient accumulation by default), the ops (llmc/ops.h: defaults)
+//   then per training step: plan_zero_grad, plan.step.run (micro-batches), plan_update (clip,
+//   AdamW on what this rank owns, parameters back in sync), plan_mean (the loss over ranks)
+//
+// On one rank the plan is the identity: no hooks, the model's own update, communicators of
+// size 1. A strategy that arrives later adds its file under llmc/parallel/ and is wired in
+// here (plan_attach), not in main: tensor parallelism replaces ops entries and sets the
+// model's place, the pipeline replaces the step, data parallelism installs hooks.
+#pragma once
+
+#include <string>
+#include <vector>
+#include "../common.h"
+#include "../gpt2.h"
+#include "../checkpoint.h"
+#include "../step.h"
+#include "../trace.h"
+#include "../train_args.h"
+#include "../comm/comm.h"
+#include "mesh.h"
+#include "dp.h"
+
+typedef struct {
+    const TrainArgs* args;
+    Comm world;
+    int rank, world_size;   // this process in the world
+    int use_dp;             // data parallelism's layer is on (several ranks, or a DP flag on one)
+    int ndp, dp_rank;       // data-parallel size and this rank's index (1 and 0 without it)
+    Mesh mesh;
+    DataParallel dp;
+    GPT2* model;
+    GPT2Step step;          // the order of the passes over micro-batches
+    double comm_total, exposed_total;   // data-parallel communication over the timed steps
+} Plan;
+
+// Flags that need the data-parallel layer even on one rank
+static inline int plan_wants_dp(const TrainArgs* a) {
+    return a->dp > 1 || a->zero > 0 || strcmp(a->dp_mode, "ddp") != 0 || a->offload;
+}
+
+static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArgs* args) {
+    // (no memset: DataParallel holds C++ members, a thread and queues, already constructed)
+    plan->args = args;
+    plan->model = NULL;
+    plan->use_dp = 0;
+    plan->dp_rank = 0;
+    plan->comm_total = plan->exposed_total = 0.0;
+    memset(&plan->mesh, 0, sizeof(plan->mesh));
+    plan->step = step_grad_accum();
+    if (!comm_mpi_available() && plan_wants_dp(args)) {
+        die("data parallelism (--dp, --dp-mode, --zero, --offload) needs the MPI build: apt-get install libopenmpi-dev, then make");
+    }
+    // the data-parallel communication thread calls MPI while the main thread computes; the two
+    // never call MPI at the same time, which MPI_THREAD_SERIALIZED allows
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (provided < MPI_THREAD_SERIALIZED) { die("this MPI library does not support MPI_THREAD_SERIALIZED"); }
+    plan->world = comm_init_world(argc, argv);
+    plan->rank = plan->world.rank;
+    plan->world_size = plan->world.size;
+    plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
+    // one GPU per rank of a node (CUDA build): the node-local rank picks it
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, plan->rank, MPI_INFO_NULL, &node);
+    int local_rank = 0;
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
+    backend_init(local_rank);
+    plan->ndp = 1;
+    if (plan->use_dp) {
+        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size, 1, 1, 1);
+        plan->ndp = plan->mesh.size[MESH_DP];
+        plan->dp_rank = plan->mesh.coord[MESH_DP];
+#ifdef LLMC_CUDA_COMM
+        // the data-parallel collectives move device buffers: NCCL, or host-staged MPI when ranks
+        // share a GPU, on a non-blocking stream of their own (ordered after the compute stream
+        // by the event dp_enqueue records, so communication can overlap the backward)
+        comm_enable_device(&plan->mesh.dim[MESH_DP], 0, 1);
+#endif
+    }
+    if (plan->rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
+        if (!freopen("/dev/null", "w", stdout)) { die("cannot silence stdout on rank %d", plan->rank); }
+    }
+#ifdef _OPENMP
+    if (args->threads > 0) { omp_set_num_threads(args->threads); }
+#endif
+}
+
+// This rank's micro-batch: the global --batch over micro-steps and data-parallel ranks.
+static inline int plan_micro_batch(const Plan* plan) {
+    const TrainArgs* a = plan->args;
+    if (a->batch % (a->grad_accum * plan->ndp) != 0) {
+        die("--batch %d does not split into %d micro-steps x %d data-parallel ranks", a->batch, a->grad_accum, plan->ndp);
+    }
+    return a->batch / (a->grad_accum * plan->ndp);
+}
+
+// The model (built, activations allocated) joins the plan: data parallelism's placement.
+static inline void plan_attach(Plan* plan, GPT2* model) {
+    plan->model = model;
+    if (!plan->use_dp) { return; }
+    const TrainArgs* a = plan->args;
+    DPConfig cfg = {a->dp_mode, a->zero, a->offload, strcmp(a->comm_algo, "ring") == 0, a->ps_servers, a->bucket_mb};
+    dp_init(&plan->dp, model, &plan->mesh.dim[MESH_DP], &cfg);
+}
+
+// ---- what a training step calls
+
+static inline void plan_zero_grad(Plan* plan) {
+    if (plan->use_dp) { dp_zero_grad(&plan->dp); } else { gpt2_zero_grad(plan->model); }
+}
+
+static inline float plan_update(Plan* plan, float lr) {
+    const TrainArgs* a = plan->args;
+    if (plan->use_dp) { return dp_update(&plan->dp, lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip); }
+    return gpt2_update(plan->model, lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip);
+}
+
+// sum of a value over the data-parallel ranks (the value itself on one rank)
+static inline double plan_sum(Plan* plan, double x) {
+    if (plan->use_dp) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, plan->dp.comm->mpi); }
+    return x;
+}
+// the mean over data-parallel ranks of a per-rank mean (a step's loss)
+static inline float plan_mean(Plan* plan, float x) {
+    return plan->use_dp ? (float)(plan_sum(plan, x) / plan->ndp) : x;
+}
+// all-gather n floats from every data-parallel rank, in rank order (a copy on one rank); the
+// signature of llmc/rlvr.h's GatherFn with the plan as ctx
+static inline void plan_gather_floats(const float* mine, int n, float* all, void* ctx) {
+    Plan* plan = (Plan*)ctx;
+    if (plan->use_dp) { MPI_Allgather(mine, n, MPI_FLOAT, all, n, MPI_FLOAT, plan->dp.comm->mpi); return; }
+    memcpy(all, mine, (size_t)n * sizeof(float));
+}
+
+// Evaluation, sampling and checkpoints want the whole model on this rank (ZeRO-3 gathers it)
+static inline void plan_full_model_begin(Plan* plan) { if (plan->use_dp) { dp_full_model_begin(&plan->dp); } }
+static inline void plan_full_model_end(Plan* plan) { if (plan->use_dp) { dp_full_model_end(&plan->dp); } }
+
+// The one llm.c checkpoint, written by rank 0 (between plan_full_model_begin and _end). When
+// the ranks hold shards (tensor or pipeline parallelism), rank 0 gathers every rank's place
+// and flat buffer and puts each slice back into the full model first.
+static inline void plan_save_checkpoint(Plan* plan, const char* path) {
+    GPT2* m = plan->model;
+    int sharded = !gpt2_place_is_whole(&m->place, &m->config);
+    MPI_Allreduce(MPI_IN_PLACE, &sharded, 1, MPI_INT, MPI_MAX, plan->world.mpi);
+    if (!sharded) {
+        if (plan->rank == 0) { gpt2_save_checkpoint(m, path); }
+        return;
+    }
+    int world = plan->world_size, n = (int)m->num_parameters;
+    std::vector<float> mine(m->num_parameters);
+    copy_floats_to_host(mine.data(), m->params_memory, m->num_parameters);
+    std::vector<GPT2Place> places(world);
+    std::vector<int> counts(world), displs(world);
+    MPI_Gather(&m->place, (int)sizeof(GPT2Place), MPI_BYTE, places.data(), (int)sizeof(GPT2Place), MPI_BYTE, 0,
+               plan->world.mpi);
+    MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, plan->world.mpi);
+    std::vector<float> all;
+    if (plan->rank == 0) {
+        size_t total = 0;
+        for (int r = 0; r < world; r++) { displs[r] = (int)total; total += counts[r]; }
+        all.resize(total);
+    }
+    MPI_Gatherv(mine.data(), n, MPI_FLOAT, all.data(), counts.data(), displs.data(), MPI_FLOAT, 0, plan->world.mpi);
+    if (plan->rank != 0) { return; }
+    std::vector<float*> locals(world);
+    for (int r = 0; r < world; r++) { locals[r] = all.data() + displs[r]; }
+    std::vector<float> full(m->num_parameters_full);
+    gpt2_full_from_shards(&m->config, places.data(), locals.data(), world, full.data());
+    gpt2_save_full_checkpoint(&m->config, full.data(), full.size(), path);
+}
+
+// ---- what the trainer prints
+
+static inline void plan_print(Plan* plan) {
+    (void)plan;
+    printf("backend      %s, %d threads, %s\n", BACKEND_NAME, backend_num_threads(),
+           comm_mpi_available() ? "MPI build" : "built without MPI: single rank only");
+}
+
+// after the model, batch and task lines: memory, mesh, communication
+static inline void plan_print_layout(Plan* plan) {
+    GPT2* m = plan->model;
+    if (!plan->use_dp) {
+        printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
+               2.0 * m->num_parameters * sizeof(floatX) / 1048576.0, 2.0 * m->num_parameters * sizeof(float) / 1048576.0,
+               m->acts_bytes / 1048576.0);
+        return;
+    }
+    mesh_print(&plan->mesh);
+    dp_print_memory(&plan->dp);
+    dp_print_plan(&plan->dp);
+}
+
+static inline void plan_trace_start(Plan* plan) {
+    if (plan->world_size > 1) { MPI_Barrier(MPI_COMM_WORLD); }
+    trace_start();
+}
+
+// after each step's line: the communication it did
+static inline void plan_report_step(Plan* plan, int step) {
+    if (!plan->use_dp) { return; }
+    dp_report_step(&plan->dp, step, plan->args->grad_accum);
+    if (step > 0) { plan->comm_total += plan->dp.comm_seconds; plan->exposed_total += plan->dp.exposed_seconds; }
+}
+
+static inline void plan_print_summary(Plan* plan, int timed_steps) {
+    if (!plan->use_dp || timed_steps == 0) { return; }
+    double c = plan->comm_total / timed_steps, e = plan->exposed_total / timed_steps;
+    printf("communication per step (rank 0): %.1f ms, of which exposed %.1f ms (%.0f%% hidden behind compute)\n", c * 1e3,
+           e * 1e3, c > 0 ? 100.0 * (1.0 - std::min(1.0, e / c)) : 0.0);
+}
+
+// Rank 0 collects every rank's trace events and writes the one file.
+static inline void plan_write_trace(Plan* plan, const char* path) {
+    std::string mine = trace_json_events(plan->rank);
+    int len = (int)mine.size(), world = plan->world_size;
+    std::vector<int> lens(world), displs(world);
+    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<char> all;
+    if (plan->rank == 0) {
+        size_t total = 0;
+        for (int r = 0; r < world; r++) { displs[r] = (int)total; total += lens[r]; }
+        all.resize(total + 1);
+    }
+    MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (plan->rank == 0) {
+        std::vector<std::string> parts;
+        for (int r = 0; r < world; r++) { parts.push_back(std::string(all.data() + displs[r], lens[r])); }
+        trace_write_file(path, parts);
+        printf("trace: %s (open it in ui.perfetto.dev)\n", path);
+    }
+}
+
+// after gpt2_free: the data-parallel layer's buffers, the communicators, the device, MPI
+static inline void plan_free(Plan* plan) {
+    if (plan->use_dp) {
+        dp_shutdown(&plan->dp);
+        mesh_free(&plan->mesh);
+    }
+    comm_free(&plan->world);
+    backend_shutdown();
+    MPI_Finalize();
+}

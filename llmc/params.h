@@ -1,0 +1,287 @@
+// GPT-2's configuration and its parameter table: every tensor, its shape, where it sits in
+// the one flat buffer, how AdamW treats it, how it is initialised, and how it is SHARDED.
+//
+// A rank holds a shard of the model, described by its place (GPT2Place):
+//   tensor parallelism   tp ranks split the matrices; this rank is tp_rank of them
+//   pipeline stage       this rank runs layers [layer_begin, layer_end)
+//   embedding / head     whether it runs the embedding (first stage) and the head (last stage)
+// One rank with the whole model is {tp 1, layers [0, L), embedding, head}: the table is then
+// exactly llm.c's. Every tensor carries a shard rule (Megatron's split, seed 002):
+//
+//   rule               tensors              what rank t of tp keeps            y = x W^T + b
+//   REPLICATED         wpe, ln*, lnf*,      everything
+//                      attprojb, fcprojb    (row-parallel biases: added once, after the sum)
+//   COLUMNS            fcw (4C, C), fcb     out rows [t 4C/tp, (t+1) 4C/tp)    column-parallel
+//   HEADS              qkvw (3C, C), qkvb   the q, k and v rows of heads       column-parallel,
+//                                           [t NH/tp, (t+1) NH/tp)             by attention head
+//   ROWS               attprojw (C, C),     in columns [t K/tp, (t+1) K/tp)    row-parallel
+//                      fcprojw (C, 4C)
+//   VOCAB              wte (Vp, C)          vocabulary rows [t Vp/tp, ...)     vocab-parallel
+//
+// Layered tensors (leading dimension L, one slice per block) keep only the stage's layers; the
+// embedding's and the head's tensors exist only on the ranks that run them (numel 0
+// elsewhere; wte belongs to both, as the tied LM head). The local shapes, numel and offsets in
+// the table follow from the place, so memory, the optimizer and the data-parallel buckets all
+// see the local model. Checkpoints are always the full model: param_slice cuts a rank's shard
+// out of the full tensor (loading, random init: draw the full tensor, keep the slice) and
+// param_unslice puts it back (saving), so any sharded run reads and writes the one llm.c file.
+// Parameter count (full): Vp*C + maxT*C + L*(12*C^2 + 13*C) + 2*C.
+#pragma once
+
+#include <string.h>
+#include "common.h"
+#include "backend.h"
+
+typedef struct {
+    int max_seq_len;        // maxT: positions the model has embeddings for
+    int vocab_size;         // V: real tokens
+    int padded_vocab_size;  // Vp >= V, a multiple of 64 so the LM-head matmul tiles well
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPT2Config;
+
+// Round the vocabulary up to a multiple of 64 (50257 -> 50304 for GPT-2, 257 -> 320 bytes+EOT).
+static inline int padded_vocab(int V) { return (V + 63) / 64 * 64; }
+
+// Named model sizes for --model. "tiny" is the default job's model (about 1.2M parameters
+// with the byte tokenizer); the gpt2* sizes are OpenAI's.
+static inline int gpt2_config_preset(const char* name, GPT2Config* cfg) {
+    struct { const char* name; int L, NH, C, maxT, V; } presets[] = {
+        {"tiny", 6, 4, 128, 128, 257},
+        {"gpt2", 12, 12, 768, 1024, 50257},
+        {"gpt2-medium", 24, 16, 1024, 1024, 50257},
+        {"gpt2-large", 36, 20, 1280, 1024, 50257},
+        {"gpt2-xl", 48, 25, 1600, 1024, 50257},
+    };
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        if (strcmp(presets[i].name, name) == 0) {
+            cfg->num_layers = presets[i].L;
+            cfg->num_heads = presets[i].NH;
+            cfg->channels = presets[i].C;
+            cfg->max_seq_len = presets[i].maxT;
+            cfg->vocab_size = presets[i].V;
+            cfg->padded_vocab_size = padded_vocab(presets[i].V);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// A rank's place in the model.
+
+typedef struct {
+    int tp, tp_rank;               // tensor-parallel size and this rank's index
+    int layer_begin, layer_end;    // the pipeline stage's layers [begin, end)
+    int has_embedding, has_head;   // first stage: wte/wpe lookup; last stage: lnf, LM head, loss
+} GPT2Place;
+
+static inline GPT2Place gpt2_place_whole(const GPT2Config* c) {
+    GPT2Place p = {1, 0, 0, c->num_layers, 1, 1};
+    return p;
+}
+static inline int gpt2_place_is_whole(const GPT2Place* p, const GPT2Config* c) {
+    return p->tp == 1 && p->layer_begin == 0 && p->layer_end == c->num_layers && p->has_embedding && p->has_head;
+}
+
+// Every rank that finds its place impossible says so (the callers run this on every rank).
+static inline void gpt2_place_check(const GPT2Place* p, const GPT2Config* c) {
+    if (p->tp < 1 || p->tp_rank < 0 || p->tp_rank >= p->tp) { die("tensor-parallel index %d of %d is invalid", p->tp_rank, p->tp); }
+    if (p->layer_begin < 0 || p->layer_end > c->num_layers || p->layer_begin >= p->layer_end) {
+        die("a pipeline stage needs at least one of the %d layers: [%d, %d) is empty or out of range", c->num_layers,
+            p->layer_begin, p->layer_end);
+    }
+    if (c->num_heads % p->tp != 0) { die("tensor parallelism %d does not divide the %d attention heads", p->tp, c->num_heads); }
+    if ((4 * c->channels) % p->tp != 0 || c->channels % p->tp != 0) {
+        die("tensor parallelism %d does not divide the channels (%d) of the MLP and the projections", p->tp, c->channels);
+    }
+    if (c->padded_vocab_size % p->tp != 0) {
+        die("tensor parallelism %d does not divide the padded vocabulary %d", p->tp, c->padded_vocab_size);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The parameter table. The order is llm.c's checkpoint order.
+
+#define NUM_PARAMETER_TENSORS 16
+
+typedef struct {
+    floatX *wte, *wpe;                 // (Vp, C), (maxT, C)
+    floatX *ln1w, *ln1b;               // (L, C)
+    floatX *qkvw, *qkvb;               // (L, 3C, C), (L, 3C)
+    floatX *attprojw, *attprojb;       // (L, C, C), (L, C)
+    floatX *ln2w, *ln2b;               // (L, C)
+    floatX *fcw, *fcb;                 // (L, 4C, C), (L, 4C)
+    floatX *fcprojw, *fcprojb;         // (L, C, 4C), (L, C)
+    floatX *lnfw, *lnfb;               // (C)
+} ParameterTensors;
+
+enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES };
+enum { SHARD_REPLICATED, SHARD_COLUMNS, SHARD_HEADS, SHARD_ROWS, SHARD_VOCAB };
+static inline const char* shard_name(int rule) {
+    static const char* names[] = {"replicated", "columns", "heads", "rows", "vocab"};
+    return names[rule];
+}
+// which pieces of the model use a tensor outside the blocks (a bit mask)
+enum { USE_BLOCK = 0, USE_EMBEDDING = 1, USE_HEAD = 2 };
+
+typedef struct {
+    const char* name;
+    int ndim;
+    int shape[3];       // the LOCAL shape (this rank's shard)
+    int full[3];        // the full shape, as in the checkpoint
+    size_t numel;       // local elements (0: this rank does not hold the tensor)
+    size_t offset;      // in elements, into this rank's flat buffer
+    int decay;          // 1: AdamW weight decay applies (the 2-D weight matrices)
+    int init;           // INIT_NORMAL / INIT_ZEROS / INIT_ONES
+    float init_std;     // for INIT_NORMAL
+    int layered;        // 1: the leading dimension is the layer (one slice per block)
+    int shard;          // SHARD_*: how tensor parallelism splits it
+    int used_by;        // outside the blocks: USE_EMBEDDING | USE_HEAD
+} ParamInfo;
+
+static inline void fill_param_table(ParamInfo* t, const GPT2Config* cfg, const GPT2Place* place) {
+    int Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers, maxT = cfg->max_seq_len;
+    float std = 0.02f;
+    float std_resid = 0.02f / sqrtf(2.0f * L);   // residual projections: GPT-2's 1/sqrt(2L)
+    const int E = USE_EMBEDDING, H = USE_HEAD;
+    ParamInfo table[NUM_PARAMETER_TENSORS] = {
+        // name       ndim shape        full  n  off decay init    std      layered shard      used_by
+        {"wte",      2, {Vp, C, 0},     {0}, 0, 0, 1, INIT_NORMAL, std,       0, SHARD_VOCAB,      E | H},
+        {"wpe",      2, {maxT, C, 0},   {0}, 0, 0, 1, INIT_NORMAL, std,       0, SHARD_REPLICATED, E},
+        {"ln1w",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           1, SHARD_REPLICATED, 0},
+        {"ln1b",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
+        {"qkvw",     3, {L, 3 * C, C},  {0}, 0, 0, 1, INIT_NORMAL, std,       1, SHARD_HEADS,      0},
+        {"qkvb",     2, {L, 3 * C, 0},  {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_HEADS,      0},
+        {"attprojw", 3, {L, C, C},      {0}, 0, 0, 1, INIT_NORMAL, std_resid, 1, SHARD_ROWS,       0},
+        {"attprojb", 2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
+        {"ln2w",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           1, SHARD_REPLICATED, 0},
+        {"ln2b",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
+        {"fcw",      3, {L, 4 * C, C},  {0}, 0, 0, 1, INIT_NORMAL, std,       1, SHARD_COLUMNS,    0},
+        {"fcb",      2, {L, 4 * C, 0},  {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_COLUMNS,    0},
+        {"fcprojw",  3, {L, C, 4 * C},  {0}, 0, 0, 1, INIT_NORMAL, std_resid, 1, SHARD_ROWS,       0},
+        {"fcprojb",  2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
+        {"lnfw",     1, {C, 0, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           0, SHARD_REPLICATED, H},
+        {"lnfb",     1, {C, 0, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          0, SHARD_REPLICATED, H},
+    };
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        ParamInfo* p = &table[i];
+        memcpy(p->full, p->shape, sizeof(p->full));
+        int d0 = p->layered ? 1 : 0;   // the first dimension inside one layer
+        int held = p->layered || (p->used_by & USE_EMBEDDING && place->has_embedding) ||
+                   (p->used_by & USE_HEAD && place->has_head);
+        if (p->layered) { p->shape[0] = place->layer_end - place->layer_begin; }
+        if (p->shard == SHARD_COLUMNS || p->shard == SHARD_HEADS || p->shard == SHARD_VOCAB) { p->shape[d0] /= place->tp; }
+        if (p->shard == SHARD_ROWS) { p->shape[d0 + 1] /= place->tp; }
+        size_t n = held ? 1 : 0;
+        for (int d = 0; d < p->ndim; d++) { n *= (size_t)p->shape[d]; }
+        p->numel = n;
+        p->offset = offset;
+        offset += n;
+        t[i] = *p;
+    }
+}
+
+static inline floatX** param_tensor(ParameterTensors* p, int i) {   // table entry i's pointer
+    floatX** ptrs[NUM_PARAMETER_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
+        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    return ptrs[i];
+}
+
+static inline void point_parameters(ParameterTensors* p, floatX* memory, const ParamInfo* table) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { *param_tensor(p, i) = memory ? memory + table[i].offset : NULL; }
+}
+
+static inline size_t param_table_total(const ParamInfo* t) {
+    return t[NUM_PARAMETER_TENSORS - 1].offset + t[NUM_PARAMETER_TENSORS - 1].numel;
+}
+
+// ---------------------------------------------------------------------------------------
+// Shards of full tensors (host memory, fp32). A tensor is seen as [layers][rows][cols]:
+// rows = the first dimension inside a layer, cols = the rest. COLUMNS and VOCAB keep a block of
+// rows, ROWS a block of cols, HEADS a block of rows in each of the q, k, v thirds.
+
+static inline void param_slice_geometry(const ParamInfo* p, const GPT2Place* place, size_t* layers0, size_t* nlayers,
+                                        size_t* rows, size_t* cols) {
+    int d0 = p->layered ? 1 : 0;
+    *layers0 = p->layered ? (size_t)place->layer_begin : 0;
+    *nlayers = p->layered ? (size_t)p->shape[0] : 1;
+    *rows = (size_t)p->full[d0];
+    *cols = 1;
+    for (int d = d0 + 1; d < p->ndim; d++) { *cols *= (size_t)p->full[d]; }
+}
+
+// index in the full tensor of local element (layer l, local row r, local col c)
+static inline size_t param_full_index(const ParamInfo* p, const GPT2Place* place, size_t l, size_t r, size_t c) {
+    size_t layer0, nl, rows, cols;
+    param_slice_geometry(p, place, &layer0, &nl, &rows, &cols);
+    size_t tp = (size_t)place->tp, t = (size_t)place->tp_rank, fr = r, fc = c;
+    if (p->shard == SHARD_COLUMNS || p->shard == SHARD_VOCAB) { fr = t * (rows / tp) + r; }
+    if (p->shard == SHARD_HEADS) {   // local rows: [q of my heads][k of my heads][v of my heads]
+        size_t third = rows / 3, mine = third / tp;
+        fr = (r / mine) * third + t * mine + r % mine;
+    }
+    if (p->shard == SHARD_ROWS) { fc = t * (cols / tp) + c; }
+    return ((layer0 + l) * rows + fr) * cols + fc;
+}
+
+// full -> local (to_local = 1) or local -> full (0), for one tensor
+static inline void param_slice_copy(const ParamInfo* p, const GPT2Place* place, float* full, float* local, int to_local) {
+    if (p->numel == 0) { return; }
+    size_t layer0, nl, rows, cols;
+    param_slice_geometry(p, place, &layer0, &nl, &rows, &cols);
+    size_t lrows = p->shard == SHARD_ROWS || p->shard == SHARD_REPLICATED ? rows : rows / (size_t)place->tp;
+    size_t lcols = p->shard == SHARD_ROWS ? cols / (size_t)place->tp : cols;
+    size_t k = 0;
+    for (size_t l = 0; l < nl; l++) {
+        for (size_t r = 0; r < lrows; r++) {
+            for (size_t c = 0; c < lcols; c++, k++) {
+                size_t f = param_full_index(p, place, l, r, c);
+                if (to_local) { local[k] = full[f]; } else { full[f] = local[k]; }
+            }
+        }
+    }
+}
+
+// The whole table: `full` is laid out as the full table (the checkpoint order), `local` as
+// this rank's.
+static inline void param_slice(const ParamInfo* full_table, const ParamInfo* local_table, const GPT2Place* place,
+                               float* full, float* local, int to_local) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        param_slice_copy(&local_table[i], place, full + full_table[i].offset, local + local_table[i].offset, to_local);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The weights of one transformer block, table entries 2..13 in table order. The passes take a
+// block's weights (and gradients) through this struct, not by indexing the flat buffer, so that
+// the placement hooks can put them elsewhere: ZeRO-3 gathers a block's weights into a temporary
+// buffer just before the block runs (llmc/parallel/dp_zero3.h).
+#define NUM_BLOCK_TENSORS 12
+#define FIRST_BLOCK_TENSOR 2
+
+typedef struct {
+    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} BlockWeights;
+
+static inline floatX** block_tensor(BlockWeights* w, int k) {   // k = 0..11, table entry k + 2
+    floatX** ptrs[NUM_BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
+                                        &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb};
+    return ptrs[k];
+}
+
+// Block l's (global index) weights inside a flat buffer laid out as this rank's table.
+static inline BlockWeights block_weights_in(floatX* flat, const ParamInfo* table, const GPT2Place* place, int l) {
+    BlockWeights w;
+    memset(&w, 0, sizeof(w));
+    if (flat == NULL) { return w; }   // nothing there (ZeRO-3): the hooks fill the pointers in
+    size_t nl = (size_t)(place->layer_end - place->layer_begin), li = (size_t)(l - place->layer_begin);
+    for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
+        const ParamInfo* p = &table[FIRST_BLOCK_TENSOR + k];
+        *block_tensor(&w, k) = flat + p->offset + li * (p->numel / nl);
+    }
+    return w;
+}

@@ -1,0 +1,202 @@
+// The trainer's command line: every flag, its default and its help, and the checks that need no
+// file (llmc/args.h is the parser). The model, the mesh and the task each check the rest
+// where they are built, with a message that names the flag.
+#pragma once
+
+#include <string.h>
+#include "args.h"
+#include "backend.h"
+#include "rlvr.h"
+#include "checkpoint.h"
+
+typedef struct {
+    const char* model;
+    const char* load;
+    const char* save;
+    int save_every;
+    int layers, heads, channels, max_seq, vocab;
+    const char* train_data;
+    const char* val_data;
+    const char* tokenizer;
+    int batch, seq, grad_accum, steps;
+    float lr, lr_final_frac;
+    int warmup;
+    float weight_decay, beta1, beta2, eps, clip;
+    int seed;
+    int eval_every, eval_batches, accuracy;
+    int sample_every, sample_len, top_k;
+    float temperature;
+    int threads;
+    int bench;
+    const char* log;
+    // data parallelism
+    int dp, zero, ps_servers, offload;
+    const char* dp_mode;
+    const char* comm_algo;
+    float bucket_mb;
+    const char* trace;
+    // training tasks
+    const char* task;
+    const char* sft_train;
+    const char* sft_val;
+    int shuffle;
+    const char* prompts;
+    int group, max_new;
+    const char* rl_mode;
+    const char* reward;
+    float kl;
+    const char* metrics;
+} TrainArgs;
+
+static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
+    *a = TrainArgs{};
+    a->model = "tiny";
+    a->train_data = "data/arithmetic/train_*.bin";
+    a->val_data = "data/arithmetic/val_*.bin";
+    a->tokenizer = "data/arithmetic/tokenizer.bin";
+    a->batch = 32; a->seq = 64; a->grad_accum = 1; a->steps = 1600;
+    a->lr = 4e-3f; a->lr_final_frac = 0.1f; a->warmup = 50;
+    a->weight_decay = 0.1f; a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f; a->clip = 1.0f;
+    a->seed = 1337;
+    a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
+    a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
+    a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
+    a->task = "pretrain";
+    a->sft_train = "data/arithmetic/sft_train_*.bin";
+    a->sft_val = "data/arithmetic/sft_val_*.bin";
+    a->prompts = "data/arithmetic/sft_train_*.bin";
+    a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
+    ArgSpec specs[] = {
+        {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
+        {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
+        {"save", ARG_STRING, &a->save, "write the model here at the end (and every --save-every steps)"},
+        {"save-every", ARG_INT, &a->save_every, "checkpoint interval in steps, 0 = only at the end"},
+        {"layers", ARG_INT, &a->layers, "override the preset's number of layers"},
+        {"heads", ARG_INT, &a->heads, "override the preset's number of heads"},
+        {"channels", ARG_INT, &a->channels, "override the preset's channels"},
+        {"max-seq", ARG_INT, &a->max_seq, "override the preset's maximum sequence length"},
+        {"vocab", ARG_INT, &a->vocab, "override the preset's vocabulary size"},
+        {"train-data", ARG_STRING, &a->train_data, "training token shards (glob)"},
+        {"val-data", ARG_STRING, &a->val_data, "validation token shards (glob)"},
+        {"tokenizer", ARG_STRING, &a->tokenizer, "tokenizer file, to decode samples"},
+        {"batch", ARG_INT, &a->batch, "global batch: sequences per optimizer step, over all ranks and micro-steps"},
+        {"seq", ARG_INT, &a->seq, "sequence length T"},
+        {"grad-accum", ARG_INT, &a->grad_accum, "micro-steps per optimizer step"},
+        {"steps", ARG_INT, &a->steps, "optimizer steps"},
+        {"lr", ARG_FLOAT, &a->lr, "peak learning rate"},
+        {"lr-final-frac", ARG_FLOAT, &a->lr_final_frac, "cosine decay ends at lr * this"},
+        {"warmup", ARG_INT, &a->warmup, "linear warmup steps"},
+        {"weight-decay", ARG_FLOAT, &a->weight_decay, "AdamW weight decay (2-D weights only)"},
+        {"beta1", ARG_FLOAT, &a->beta1, "AdamW beta1"},
+        {"beta2", ARG_FLOAT, &a->beta2, "AdamW beta2"},
+        {"eps", ARG_FLOAT, &a->eps, "AdamW epsilon"},
+        {"clip", ARG_FLOAT, &a->clip, "clip the global gradient norm to this, 0 = off"},
+        {"seed", ARG_INT, &a->seed, "seed of the initial weights and of sampling"},
+        {"eval-every", ARG_INT, &a->eval_every, "validation interval in steps, 0 = only at the end"},
+        {"eval-batches", ARG_INT, &a->eval_batches, "validation batches per evaluation"},
+        {"accuracy", ARG_INT, &a->accuracy, "held-out arithmetic examples for exact-match accuracy, 0 = off"},
+        {"sample-every", ARG_INT, &a->sample_every, "sample text every N steps, 0 = never"},
+        {"sample-len", ARG_INT, &a->sample_len, "tokens per sample"},
+        {"top-k", ARG_INT, &a->top_k, "sample from the k most likely tokens, 0 = all, 1 = greedy"},
+        {"temperature", ARG_FLOAT, &a->temperature, "sampling temperature, 0 = greedy"},
+        {"threads", ARG_INT, &a->threads, "CPU threads (OpenMP), 0 = OMP_NUM_THREADS or all cores"},
+        {"bench", ARG_SWITCH, &a->bench, "benchmark: random tokens, no data files, timing summary"},
+        {"log", ARG_STRING, &a->log, "write 'step loss norm lr' per step at full precision to this file"},
+        {"dp", ARG_INT, &a->dp, "data-parallel ranks, 0 = all the ranks mpirun started"},
+        {"dp-mode", ARG_STRING, &a->dp_mode, "naive (one all-reduce), ddp (bucketed, overlapped), ps (parameter server)"},
+        {"zero", ARG_INT, &a->zero, "ZeRO stage 0-3 (1: optimizer state, 2: + gradients, 3: + parameters sharded)"},
+        {"bucket-mb", ARG_FLOAT, &a->bucket_mb, "gradient bucket size in MiB (ddp, ZeRO-1/2)"},
+        {"ps-servers", ARG_INT, &a->ps_servers, "parameter-server mode: ranks 0..S-1 are servers"},
+        {"offload", ARG_SWITCH, &a->offload, "ZeRO-Offload: optimizer state and update in host memory (--zero 1 or 2)"},
+        {"comm-algo", ARG_STRING, &a->comm_algo, "data-parallel collectives: ring (ours, bytes counted) or native (MPI/NCCL)"},
+        {"trace", ARG_STRING, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
+        {"task", ARG_STRING, &a->task, "pretrain (next token), sft (loss on answers only) or rlvr (RL with verifiable rewards)"},
+        {"sft-train", ARG_STRING, &a->sft_train, "sft: training examples (token shards + .mask files, glob)"},
+        {"sft-val", ARG_STRING, &a->sft_val, "sft: validation examples for the answer-token loss (glob)"},
+        {"shuffle", ARG_SWITCH, &a->shuffle, "sft: read the packed training rows in an order drawn from --seed, not file order"},
+        {"prompts", ARG_STRING, &a->prompts, "rlvr: (prompt, answer) examples, SFT format (glob)"},
+        {"group", ARG_INT, &a->group, "rlvr: samples per prompt G (--batch = prompts x G per step)"},
+        {"max-new", ARG_INT, &a->max_new, "rlvr: most tokens generated per completion"},
+        {"rl-mode", ARG_STRING, &a->rl_mode, "rlvr advantages: grpo (group-normalised), baseline (running mean), top1 (greedy, A = r)"},
+        {"reward", ARG_STRING, &a->reward, "rlvr reward: exact, format, or a sum such as exact+format"},
+        {"kl", ARG_FLOAT, &a->kl, "rlvr: KL penalty coefficient against a frozen copy of the starting model, 0 = off"},
+        {"metrics", ARG_STRING, &a->metrics, "rlvr: write per-step CSV (reward, accuracy, length, KL, held-out accuracy) here"},
+    };
+    args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
+               "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
+    // checks that need no file
+    struct { const char* name; int value; } positive[] = {
+        {"batch", a->batch}, {"seq", a->seq}, {"grad-accum", a->grad_accum}, {"steps", a->steps},
+        {"eval-batches", a->eval_batches}};
+    for (auto& p : positive) { if (p.value <= 0) { die("--%s must be positive, got %d", p.name, p.value); } }
+    struct { const char* name; int value; } non_negative[] = {
+        {"save-every", a->save_every}, {"layers", a->layers}, {"heads", a->heads}, {"channels", a->channels},
+        {"max-seq", a->max_seq}, {"vocab", a->vocab}, {"warmup", a->warmup}, {"eval-every", a->eval_every},
+        {"accuracy", a->accuracy}, {"sample-every", a->sample_every}, {"sample-len", a->sample_len},
+        {"top-k", a->top_k}, {"threads", a->threads}};
+    for (auto& p : non_negative) { if (p.value < 0) { die("--%s must be >= 0, got %d", p.name, p.value); } }
+    if (a->batch % a->grad_accum != 0) {
+        die("--batch %d is not divisible by --grad-accum %d", a->batch, a->grad_accum);
+    }
+    if (a->lr < 0 || a->weight_decay < 0 || a->clip < 0 || a->temperature < 0) {
+        die("--lr, --weight-decay, --clip and --temperature must be >= 0");
+    }
+    if (a->beta1 < 0 || a->beta1 >= 1 || a->beta2 < 0 || a->beta2 >= 1) { die("--beta1 and --beta2 must be in [0, 1)"); }
+    if (a->eps <= 0) { die("--eps must be positive, got %g", a->eps); }
+    if (a->dp < 0) { die("--dp must be >= 0, got %d", a->dp); }
+    if (a->zero < 0 || a->zero > 3) { die("--zero must be 0, 1, 2 or 3, got %d", a->zero); }
+    if (strcmp(a->dp_mode, "naive") != 0 && strcmp(a->dp_mode, "ddp") != 0 && strcmp(a->dp_mode, "ps") != 0) {
+        die("--dp-mode must be naive, ddp or ps, got '%s'", a->dp_mode);
+    }
+    if (a->zero > 0 && strcmp(a->dp_mode, "ddp") != 0) {
+        die("--zero %d shards the state of bucketed data parallelism: it does not combine with --dp-mode %s", a->zero, a->dp_mode);
+    }
+    if (a->shuffle && strcmp(a->task, "sft") != 0) { die("--shuffle reorders SFT examples: it needs --task sft, got --task %s", a->task); }
+    if (a->offload && (a->zero < 1 || a->zero > 2)) { die("--offload needs --zero 1 or --zero 2 (ZeRO-Offload), got --zero %d", a->zero); }
+    if (strcmp(a->comm_algo, "ring") != 0 && strcmp(a->comm_algo, "native") != 0) {
+        die("--comm-algo must be ring or native, got '%s'", a->comm_algo);
+    }
+    if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
+    if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
+    if (strcmp(a->task, "pretrain") != 0 && strcmp(a->task, "sft") != 0 && strcmp(a->task, "rlvr") != 0) {
+        die("--task must be pretrain, sft or rlvr, got '%s'", a->task);
+    }
+    rl_mode_parse(a->rl_mode);
+    reward_parse(a->reward);
+    if (a->group < 1) { die("--group must be >= 1, got %d", a->group); }
+    if (a->max_new < 1) { die("--max-new must be >= 1, got %d", a->max_new); }
+    if (!(a->kl >= 0.0f)) { die("--kl must be >= 0, got %g", a->kl); }
+    if (strcmp(a->task, "rlvr") == 0) {
+        if (a->batch % a->group != 0) { die("--batch %d (rollouts per step) is not a multiple of --group %d", a->batch, a->group); }
+        if (strcmp(a->rl_mode, "top1") == 0 && a->group != 1) {
+            die("--rl-mode top1 takes the one greedy sample per prompt: use --group 1 (got %d)", a->group);
+        }
+        if (strcmp(a->rl_mode, "grpo") == 0 && a->group < 2) {
+            die("--rl-mode grpo normalises within a group of samples: --group must be >= 2 (got %d)", a->group);
+        }
+        if (a->bench) { die("--bench times pre-training steps: drop --task rlvr"); }
+    }
+}
+
+// The model the flags ask for: a checkpoint (--load), or a preset (--model) with overrides,
+// initialised from --seed.
+static inline void gpt2_from_args(GPT2* model, const TrainArgs* a) {
+    if (a->load) {
+        if (a->layers || a->heads || a->channels || a->max_seq || a->vocab) {
+            die("--load takes the model's shape from the checkpoint: drop --layers/--heads/--channels/--max-seq/--vocab");
+        }
+        gpt2_load_checkpoint(model, a->load);
+        return;
+    }
+    GPT2Config cfg;
+    if (!gpt2_config_preset(a->model, &cfg)) {
+        die("unknown --model '%s' (expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl)", a->model);
+    }
+    if (a->layers) { cfg.num_layers = a->layers; }
+    if (a->heads) { cfg.num_heads = a->heads; }
+    if (a->channels) { cfg.channels = a->channels; }
+    if (a->max_seq) { cfg.max_seq_len = a->max_seq; }
+    if (a->vocab) { cfg.vocab_size = a->vocab; cfg.padded_vocab_size = padded_vocab(a->vocab); }
+    gpt2_build(model, &cfg);
+    gpt2_init_random(model, (uint64_t)a->seed);
+}
