@@ -255,6 +255,12 @@ test_cuda_kernelscu: test/test_cuda_kernels.cu $(CUDA_HEADERS) build/config/test
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
 build/config/test_cuda_kernelscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
 
+# the extension points (ops, hooks, step) and the shard rule on the CUDA build (CI: under the emulator)
+test_seamscu: test/test_seams.cu $(CUDA_HEADERS) build/config/test_seamscu.flags
+	$(cuda_prereqs)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
+build/config/test_seamscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
+
 nvcc-check:
 ifeq ($(NVCC_FOUND),)
 	@echo "skipping nvcc-check: nvcc not found (install the CUDA toolkit)"
@@ -263,7 +269,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_comm_singlecpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_comm_singlecpu test_seamscpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

@@ -92,6 +92,10 @@ done
 if run build_kernels $MAKE NO_MPI=1 -B test_cuda_kernelscu && run cuda_kernels ./test_cuda_kernelscu; then res=PASS; else res=FAIL; fi
 row "test_cuda_kernels (llmc/cuda vs llmc/cpu)" "$res" "$(grep -c '^PASS' "$LOG/cuda_kernels.log" 2>/dev/null) PASS, $(grep -c '^FAIL' "$LOG/cuda_kernels.log" 2>/dev/null) FAIL lines"
 
+# ---- 3c. the extension points (ops, chained hooks, the step) and the shard rule, bf16 on the GPU
+if run build_seams $MAKE NO_MPI=1 -B test_seamscu && run seams ./test_seamscu; then res=PASS; else res=FAIL; fi
+row "test_seams (ops, hooks, step, shards)" "$res" "$(grep -c '^PASS' "$LOG/seams.log" 2>/dev/null) PASS, $(grep -c '^FAIL' "$LOG/seams.log" 2>/dev/null) FAIL lines"
+
 # ---- 4. the model against PyTorch, bf16 and fp32 (the CUDA test adds the determinism check)
 if [ "$have_bf16" = 1 ]; then
     if run reference_bf16 bash test/test_reference.sh ./test_gpt2cu; then res=PASS; else res=FAIL; fi

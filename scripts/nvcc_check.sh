@@ -59,6 +59,7 @@ cuda_build train_gpt2cu_fp32 train_gpt2.cu -DENABLE_FP32
 cuda_build test_gpt2cu_fp32 test/test_gpt2.cu -DENABLE_FP32
 cuda_build test_generatecu test/test_generate.cu
 cuda_build test_cuda_kernelscu test/test_cuda_kernels.cu -Xcompiler -fopenmp
+cuda_build test_seamscu test/test_seams.cu
 # the multi-rank trainer: MPI + NCCL (as make train_gpt2cu builds it when both are found)
 if command -v mpicxx >/dev/null; then
     read -r -a mpi_cflags <<<"$(mpicxx --showme:compile)"

@@ -74,7 +74,9 @@ static inline int comm_mpi_available(void) { return 0; }
 #include "../common.h"
 
 // the device path: built by nvcc, or by g++ under the CUDA emulator (LLMC_EMU, dev/emu/)
-#if (defined(__CUDACC__) || defined(LLMC_EMU)) && !defined(LLMC_CPU) && !defined(LLMC_CUDA_COMM)
+// (only with MPI: without it every communicator has size 1 and no device buffer ever travels,
+// so the build needs neither NCCL nor its library)
+#if (defined(__CUDACC__) || defined(LLMC_EMU)) && !defined(LLMC_CPU) && !defined(LLMC_CUDA_COMM) && defined(USE_MPI)
 #define LLMC_CUDA_COMM 1
 #endif
 #if defined(LLMC_CUDA_COMM) && !defined(__CUDACC__) && !defined(LLMC_EMU)

@@ -26,7 +26,7 @@
 
 // push: every rank's slice s of buf goes to server s, which reduces them into its own slice
 // (and finishes an average). Afterwards a server's slice holds the result; the other slices of
-// buf are unchanged. Data parallelism pushes gradients this way (llmc/parallel/ps.h).
+// buf are unchanged. Data parallelism pushes gradients this way (llmc/parallel/dp_ps.h).
 static inline void ps_push(Comm* c, void* buf, size_t count, CommType t, CommOp op, int S) {
     int p = c->size, r = c->rank;
     size_t mine = r < S ? comm_block_count(count, S, r) : 0;
