@@ -16,7 +16,7 @@
 //              gpt2_embed_backward, gpt2_backward_end
 // gpt2_forward / gpt2_classifier / gpt2_backward are these pieces in order (one micro-batch).
 // Sublayers run through model->ops (llmc/ops.h); where the weights and gradients live is up to
-// the placement hooks below; the table (llmc/params.h) says which shard this rank holds.
+// the placement hooks (llmc/hooks.h); the table (llmc/params.h) says which shard this rank holds.
 #pragma once
 
 #include <string.h>
@@ -26,26 +26,7 @@
 #include "rand.h"
 #include "params.h"
 #include "ops.h"
-
-// ---------------------------------------------------------------------------------------
-// Placement hooks: where weights and gradients live and when they are ready (like PyTorch's
-// module hooks). Data parallelism's modes install them (llmc/parallel/dp_*.h). Several
-// tables chain: "begin" events run in installation order, "end" events in reverse (as nested
-// scopes), and each may rewrite the pointers the previous one left. `root` holds the tensors
-// outside the blocks (the embedding's and the head's; the other fields are unused).
-typedef struct {
-    const char* name;
-    void* ctx;
-    void (*micro_begin)(void* ctx, int i, int n);   // the i-th of the step's n micro-batches starts (in run order)
-    void (*forward_begin)(void* ctx, ParameterTensors* root);
-    void (*block_forward_begin)(void* ctx, int l, BlockWeights* w);
-    void (*block_forward_end)(void* ctx, int l);
-    void (*backward_begin)(void* ctx, ParameterTensors* root, ParameterTensors* root_grads);
-    void (*block_backward_begin)(void* ctx, int l, BlockWeights* w, BlockWeights* grads);
-    void (*block_backward_end)(void* ctx, int l);   // block l's gradients are complete
-    void (*backward_end)(void* ctx);                // the root's gradients are complete
-} GPT2Hooks;
-#define GPT2_MAX_HOOKS 4
+#include "hooks.h"
 
 // ---------------------------------------------------------------------------------------
 // Activations saved by the forward pass for the backward pass, one set per slot ("L" marks
@@ -126,33 +107,16 @@ typedef struct GPT2 {
     int B, T;                   // shape of the last gpt2_forward (slot 0)
     // the extension points
     GPT2Ops ops;                // how sublayers are computed (llmc/ops.h)
-    GPT2Hooks hooks[GPT2_MAX_HOOKS];   // where weights and gradients live (chained)
-    int num_hooks;
+    HookChain hooks;            // where weights and gradients live (llmc/hooks.h)
     ParameterTensors root, root_grads;  // the root tensors of the pass in flight (after the hooks)
 } GPT2;
 
 // ---------------------------------------------------------------------------------------
-// The hooks' chain
+// Placement hooks (llmc/hooks.h): installing and removing a table
 
-static inline void gpt2_add_hooks(GPT2* model, const GPT2Hooks* h) {
-    if (model->num_hooks == GPT2_MAX_HOOKS) { die("more than %d placement hook tables", GPT2_MAX_HOOKS); }
-    model->hooks[model->num_hooks++] = *h;
-}
-// remove the table(s) installed with this ctx (ZeRO-3 while the full model is materialised)
-static inline void gpt2_remove_hooks(GPT2* model, void* ctx) {
-    int k = 0;
-    for (int i = 0; i < model->num_hooks; i++) {
-        if (model->hooks[i].ctx != ctx) { model->hooks[k++] = model->hooks[i]; }
-    }
-    model->num_hooks = k;
-}
-// the events: begin in installation order, end in reverse
-#define GPT2_HOOKS_BEGIN(m, fn, ...) \
-    for (int hi_ = 0; hi_ < (m)->num_hooks; hi_++) { if ((m)->hooks[hi_].fn) { (m)->hooks[hi_].fn((m)->hooks[hi_].ctx, __VA_ARGS__); } }
-#define GPT2_HOOKS_END(m, fn, ...) \
-    for (int hi_ = (m)->num_hooks - 1; hi_ >= 0; hi_--) { if ((m)->hooks[hi_].fn) { (m)->hooks[hi_].fn((m)->hooks[hi_].ctx, ##__VA_ARGS__); } }
-
-static inline void gpt2_micro_begin(GPT2* model, int i, int n) { GPT2_HOOKS_BEGIN(model, micro_begin, i, n); }
+static inline void gpt2_add_hooks(GPT2* model, const GPT2Hooks* h) { hooks_add(&model->hooks, h); }
+static inline void gpt2_remove_hooks(GPT2* model, void* ctx) { hooks_remove(&model->hooks, ctx); }
+static inline void gpt2_micro_begin(GPT2* model, int i, int n) { hooks_micro_begin(&model->hooks, i, n); }
 
 // ---------------------------------------------------------------------------------------
 // The default MLP entries: fc -> GELU -> fcproj through the model's linear entries.
@@ -368,7 +332,7 @@ static inline void gpt2_set_batch(GPT2* model, int slot, const int* inputs, int 
 // The root tensors (embedding, head) for this micro-batch's forward: the hooks may move them.
 static inline void gpt2_forward_begin(GPT2* model) {
     model->root = model->params;
-    GPT2_HOOKS_BEGIN(model, forward_begin, &model->root);
+    hooks_forward_begin(&model->hooks, &model->root);
 }
 
 static inline OpAt gpt2_at(GPT2* model, int slot, int layer) {
@@ -434,11 +398,11 @@ static inline void gpt2_block_compute(GPT2* model, const GPT2Ops* ops, const OpA
 
 static inline void gpt2_block_forward(GPT2* model, int slot, int l) {
     BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
-    GPT2_HOOKS_BEGIN(model, block_forward_begin, l, &w);
+    hooks_block_forward_begin(&model->hooks, l, &w);
     BlockActs b = gpt2_block_acts(model, slot, l);
     OpAt at = gpt2_at(model, slot, l);
     gpt2_block_compute(model, &model->ops, &at, &w, &b);
-    GPT2_HOOKS_END(model, block_forward_end, l);
+    hooks_block_forward_end(&model->hooks, l);
 }
 
 // final layernorm and the tied LM head: logits (B, T, Vp) of the slot
@@ -481,7 +445,7 @@ static inline float gpt2_head_loss(GPT2* model, int slot, const int* targets, co
 static inline void gpt2_backward_begin(GPT2* model) {
     model->root = model->params;
     model->root_grads = model->grads;
-    GPT2_HOOKS_BEGIN(model, backward_begin, &model->root, &model->root_grads);
+    hooks_backward_begin(&model->hooks, &model->root, &model->root_grads);
 }
 
 // LM head and final layernorm: dresidual = d(stage output)
@@ -501,7 +465,7 @@ static inline void gpt2_head_backward(GPT2* model, int slot) {
 static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
     BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
     BlockWeights gw = block_weights_in(model->grads_memory, model->param_info, &model->place, l);
-    GPT2_HOOKS_BEGIN(model, block_backward_begin, l, &w, &gw);
+    hooks_block_backward_begin(&model->hooks, l, &w, &gw);
     BlockActs b = gpt2_block_acts(model, slot, l);
     OpAt at = gpt2_at(model, slot, l);
     const GPT2Ops* ops = &model->ops;
@@ -518,7 +482,7 @@ static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
     ops->attention.backward(ops->attention.ctx, &at, d.dqkv, d.datty, b.qkv, b.att, Ca, NH);
     ops->linear.backward(ops->linear.ctx, &at, LINEAR_QKV, d.dln, gw.qkvw, gw.qkvb, d.dqkv, b.ln1, w.qkvw, C, Cq);
     layernorm_backward(d.dresidual, gw.ln1w, gw.ln1b, d.dln, b.residual, w.ln1w, b.ln1_mean, b.ln1_rstd, B, T, C);
-    GPT2_HOOKS_END(model, block_backward_end, l);
+    hooks_block_backward_end(&model->hooks, l);
 }
 
 static inline void gpt2_embed_backward(GPT2* model, int slot) {
@@ -528,7 +492,7 @@ static inline void gpt2_embed_backward(GPT2* model, int slot) {
                                   a->inputs, model->config.channels);
 }
 
-static inline void gpt2_backward_end(GPT2* model) { GPT2_HOOKS_END(model, backward_end); }
+static inline void gpt2_backward_end(GPT2* model) { hooks_backward_end(&model->hooks); }
 
 // ---------------------------------------------------------------------------------------
 // The whole model on one micro-batch (slot 0), composed of the pieces: what a rank that holds

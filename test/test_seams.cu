@@ -269,8 +269,8 @@ static void test_hooks(void) {
     report("b) weights and gradients through the toy placement: bit-identical", loss_h == loss_ref && bit_equal(g_ref, g_h),
            "loss " + std::to_string(loss_h));
     gpt2_remove_hooks(&m, &toy);
-    report("b) gpt2_remove_hooks removes only its owner's table", m.num_hooks == 1 && m.hooks[0].ctx == &rec,
-           std::to_string(m.num_hooks) + " table left: " + (m.num_hooks ? m.hooks[0].name : "none"));
+    report("b) gpt2_remove_hooks removes only its owner's table", m.hooks.n == 1 && m.hooks.tables[0].ctx == &rec,
+           std::to_string(m.hooks.n) + " table left: " + (m.hooks.n ? m.hooks.tables[0].name : "none"));
     device_free(toy.weights);
     device_free(toy.grads);
     gpt2_free(&m);
