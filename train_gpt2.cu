@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
 
     // ---- the model, the batch, the task
     GPT2 model;
-    gpt2_from_args(&model, &args);
+    gpt2_from_args(&model, &args, plan_place, &plan);   // the shard of it this rank holds
     const GPT2Config* cfg = &model.config;
     if (args.seq > cfg->max_seq_len) { die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len); }
     int B = plan_micro_batch(&plan), T = args.seq;

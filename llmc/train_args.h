@@ -179,13 +179,20 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
 }
 
 // The model the flags ask for: a checkpoint (--load), or a preset (--model) with overrides,
-// initialised from --seed.
-static inline void gpt2_from_args(GPT2* model, const TrainArgs* a) {
+// initialised from --seed. `place` says which shard of it this rank holds (the plan's
+// plan_place: the whole model until tensor or pipeline parallelism split it); it is asked once
+// the shape is known.
+typedef GPT2Place (*PlaceFn)(void* ctx, const GPT2Config* cfg);
+
+static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place, void* ctx) {
     if (a->load) {
         if (a->layers || a->heads || a->channels || a->max_seq || a->vocab) {
             die("--load takes the model's shape from the checkpoint: drop --layers/--heads/--channels/--max-seq/--vocab");
         }
-        gpt2_load_checkpoint(model, a->load);
+        int version;
+        GPT2Config c = gpt2_read_checkpoint_config(a->load, &version);
+        GPT2Place p = place(ctx, &c);
+        gpt2_load_checkpoint_shard(model, a->load, &p);
         return;
     }
     GPT2Config cfg;
@@ -197,6 +204,8 @@ static inline void gpt2_from_args(GPT2* model, const TrainArgs* a) {
     if (a->channels) { cfg.channels = a->channels; }
     if (a->max_seq) { cfg.max_seq_len = a->max_seq; }
     if (a->vocab) { cfg.vocab_size = a->vocab; cfg.padded_vocab_size = padded_vocab(a->vocab); }
-    gpt2_build(model, &cfg);
+    gpt2_check_config(&cfg);
+    GPT2Place p = place(ctx, &cfg);
+    gpt2_build_shard(model, &cfg, &p);
     gpt2_init_random(model, (uint64_t)a->seed);
 }

@@ -93,6 +93,14 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
 #endif
 }
 
+// Which shard of the model this rank holds (llmc/params.h), asked by gpt2_from_args once the
+// model's shape is known. Data parallelism keeps whole replicas; tensor parallelism will set
+// tp and tp_rank from the mesh, the pipeline the stage's layers and its ends.
+static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
+    (void)ctx;
+    return gpt2_place_whole(cfg);
+}
+
 // This rank's micro-batch: the global --batch over micro-steps and data-parallel ranks.
 static inline int plan_micro_batch(const Plan* plan) {
     const TrainArgs* a = plan->args;
