@@ -522,6 +522,7 @@ static inline void gpt2_backward(GPT2* model) {
 
 // Copy the logits of position (b, t) of the last forward to a host array of Vp floats.
 static inline void gpt2_logits_to_host(GPT2* model, int b, int t, float* out) {
+    if (model->place.tp > 1) { die("gpt2_logits_to_host: the logits are split over %d tensor-parallel ranks", model->place.tp); }
     size_t Vp = model->config.padded_vocab_size;
     copy_floats_to_host(out, model->logits + ((size_t)b * model->T + t) * Vp, Vp);
 }

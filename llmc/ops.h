@@ -121,4 +121,3 @@ static inline void op_classifier(void* ctx, const OpAt* at, floatX* logits, floa
     fused_classifier(logits, losses, weights, targets, dloss, at->B, at->T, V, Vp, write_dlogits);
 }
 // op_mlp_forward / op_mlp_backward call the model's linear entries: llmc/gpt2.h defines them
-

@@ -42,18 +42,9 @@ typedef struct {
 static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MODE_PS,
                                             &DP_MODE_ZERO1, &DP_MODE_ZERO2, &DP_MODE_ZERO3};
 
-// The mode's table for the flags. Every rank checks, so every rank reports a bad combination.
+// The mode's table for the flags (parse_train_args has already checked the flags themselves
+// and their combinations, on every rank).
 static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
-    if (cfg->zero < 0 || cfg->zero > 3) { die("--zero must be 0, 1, 2 or 3, got %d", cfg->zero); }
-    if (strcmp(cfg->mode, "naive") != 0 && strcmp(cfg->mode, "ddp") != 0 && strcmp(cfg->mode, "ps") != 0) {
-        die("--dp-mode must be naive, ddp or ps, got '%s'", cfg->mode);
-    }
-    if (cfg->zero > 0 && strcmp(cfg->mode, "ddp") != 0) {
-        die("--zero %d shards the state of bucketed data parallelism: it does not combine with --dp-mode %s", cfg->zero, cfg->mode);
-    }
-    if (cfg->offload && (cfg->zero < 1 || cfg->zero > 2)) {
-        die("--offload needs --zero 1 or --zero 2 (ZeRO-Offload), got --zero %d", cfg->zero);
-    }
     for (const DPModeOps* m : DP_MODES) {
         if (strcmp(m->flag, cfg->mode) == 0 && m->zero == cfg->zero) { return m; }
     }
@@ -66,8 +57,6 @@ static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
 // communication thread.
 static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPConfig* cfg) {
     const DPModeOps* ops = dp_mode_find(cfg);
-    if (!(cfg->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", cfg->bucket_mb); }
-    if (cfg->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", cfg->ps_servers); }
     if (ops == &DP_MODE_PS && cfg->ps_servers > comm->size) {
         die("--ps-servers %d: at most the %d data-parallel ranks can be servers", cfg->ps_servers, comm->size);
     }
