@@ -151,7 +151,7 @@ static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* toke
     b.fch = kv->fch;
     b.fch_gelu = kv->fch_gelu;
     for (int l = 0; l < L; l++) {
-        OpAt at = {model, -1, l, 1, N};
+        OpAt at = {model, -1, l, 1, N, N};
         BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
         gpt2_block_compute(model, &ops, &at, &w, &b);
     }

@@ -30,35 +30,38 @@
 
 // ---------------------------------------------------------------------------------------
 // Activations saved by the forward pass for the backward pass, one set per slot ("L" marks
-// one per layer of this rank's stage). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp.
+// one per layer of this rank's stage). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp, and
+// the residual stream's tensors hold Ts tokens per sequence (T/tp under sequence parallelism:
+// the layernorms, residual adds and what they read split along the sequence; llmc/ops.h).
 
 #define GPT2_MAX_SLOTS 16
 
 typedef struct {
-    floatX* encoded;    // (B, T, C)       the stage's input: the embedding (or what the previous stage sent)
-    floatX* ln1;        // L x (B, T, C)
-    float* ln1_mean;    // L x (B, T)      layernorm statistics stay fp32 in every backend
-    float* ln1_rstd;    // L x (B, T)
+    floatX* encoded;    // (B, Ts, C)       the stage's input: the embedding (or what the previous stage sent)
+    floatX* ln1;        // L x (B, Ts, C)
+    float* ln1_mean;    // L x (B, Ts)      layernorm statistics stay fp32 in every backend
+    float* ln1_rstd;    // L x (B, Ts)
     floatX* qkv;        // L x (B, T, Cq)
     floatX* atty;       // L x (B, T, Ca)  attention output, before the projection
     float* att;         // L x attention_state_size(B, T, NH/tp)
-    floatX* attproj;    // L x (B, T, C)
-    floatX* residual2;  // L x (B, T, C)   x after the attention half of the block
-    floatX* ln2;        // L x (B, T, C)
-    float* ln2_mean;    // L x (B, T)
-    float* ln2_rstd;    // L x (B, T)
+    floatX* attproj;    // L x (B, Ts, C)
+    floatX* residual2;  // L x (B, Ts, C)   x after the attention half of the block
+    floatX* ln2;        // L x (B, Ts, C)
+    float* ln2_mean;    // L x (B, Ts)
+    float* ln2_rstd;    // L x (B, Ts)
     floatX* fch;        // L x (B, T, H)   fc output, before GELU
     floatX* fch_gelu;   // L x (B, T, H)
-    floatX* fcproj;     // L x (B, T, C)
-    floatX* residual3;  // L x (B, T, C)   x after the whole block
-    floatX* lnf;        // (B, T, C)
-    float* lnf_mean;    // (B, T)
-    float* lnf_rstd;    // (B, T)
+    floatX* fcproj;     // L x (B, Ts, C)
+    floatX* residual3;  // L x (B, Ts, C)   x after the whole block
+    floatX* lnf;        // (B, Ts, C)
+    float* lnf_mean;    // (B, Ts)
+    float* lnf_rstd;    // (B, Ts)
     int* inputs;        // (B, T) token ids, device copy
     int* targets;       // (B, T)
     float* loss_weights;// (B, T) optional per-token loss weights
     float* losses;      // (B, T)
     int B, T;           // shape of the micro-batch in this slot
+    int Ts;             // its tokens per sequence on the residual stream (T, or T/tp with SP)
 } ActivationTensors;
 
 // One block's activations, wherever they are kept: a slot's layer l (training), or one
@@ -70,8 +73,8 @@ typedef struct {
 
 // Gradients of activations: only one layer's worth is alive at a time in the backward pass.
 typedef struct {
-    floatX* dresidual;  // (B, T, C)  gradient of the residual stream, shared by both branches
-    floatX* dln;        // (B, T, C)  gradient of a layernorm output
+    floatX* dresidual;  // (B, Ts, C) gradient of the residual stream, shared by both branches
+    floatX* dln;        // (B, Ts, C) gradient of a layernorm output
     floatX* datty;      // (B, T, Ca)
     floatX* dqkv;       // (B, T, Cq)
     floatX* dfch;       // (B, T, H)  gradient of fch_gelu, then (in place) of fch
@@ -101,7 +104,8 @@ typedef struct GPT2 {
     GradientBuffers bufs;
     floatX* logits;             // (B, T, Vp/tp), overwritten by dlogits in the classifier (one, shared)
     void* acts_memory;
-    size_t acts_bytes;
+    size_t acts_bytes;          // allocated (each buffer rounded up to 64 bytes)
+    size_t acts_requested;      // the sum of the buffers' sizes (what the memory formulas predict)
     float* norm_squared;        // 1 float: global_norm_squared output
     float* losses_host;         // host copy of losses
     int B, T;                   // shape of the last gpt2_forward (slot 0)
@@ -247,7 +251,11 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     if (T > c->max_seq_len) { die("sequence length %d exceeds the model's maximum %d", T, c->max_seq_len); }
     if (B <= 0 || T <= 0) { die("batch (%d) and sequence length (%d) must be positive", B, T); }
     if (slots < 1 || slots > GPT2_MAX_SLOTS) { die("%d activation slots: 1 to %d", slots, GPT2_MAX_SLOTS); }
+    if (model->place.sp && T % model->place.tp != 0) {
+        die("sequence parallelism: the sequence length %d is not divisible by tp %d", T, model->place.tp);
+    }
     size_t L = gpt2_local_layers(model), C = c->channels, BT = (size_t)B * T, Vp = gpt2_local_vocab(model);
+    size_t BTs = (size_t)B * gpt2_place_stream_tokens(&model->place, T);   // the residual stream's tokens
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = attention_state_size(B, T, gpt2_local_heads(model));
     // (pointer, element count, element size) for every buffer, carved from one allocation
@@ -256,31 +264,31 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     for (int s = 0; s < slots; s++) {
         ActivationTensors* a = &model->acts[s];
         Buf per_slot[] = {
-            {(void**)&a->encoded, BT * C, sizeof(floatX)},
-            {(void**)&a->ln1, L * BT * C, sizeof(floatX)},
-            {(void**)&a->ln1_mean, L * BT, sizeof(float)},
-            {(void**)&a->ln1_rstd, L * BT, sizeof(float)},
+            {(void**)&a->encoded, BTs * C, sizeof(floatX)},
+            {(void**)&a->ln1, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln1_mean, L * BTs, sizeof(float)},
+            {(void**)&a->ln1_rstd, L * BTs, sizeof(float)},
             {(void**)&a->qkv, L * BT * Cq, sizeof(floatX)},
             {(void**)&a->atty, L * BT * Ca, sizeof(floatX)},
             {(void**)&a->att, L * att, sizeof(float)},
-            {(void**)&a->attproj, L * BT * C, sizeof(floatX)},
-            {(void**)&a->residual2, L * BT * C, sizeof(floatX)},
-            {(void**)&a->ln2, L * BT * C, sizeof(floatX)},
-            {(void**)&a->ln2_mean, L * BT, sizeof(float)},
-            {(void**)&a->ln2_rstd, L * BT, sizeof(float)},
+            {(void**)&a->attproj, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->residual2, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln2, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln2_mean, L * BTs, sizeof(float)},
+            {(void**)&a->ln2_rstd, L * BTs, sizeof(float)},
             {(void**)&a->fch, L * BT * H, sizeof(floatX)},
             {(void**)&a->fch_gelu, L * BT * H, sizeof(floatX)},
-            {(void**)&a->fcproj, L * BT * C, sizeof(floatX)},
-            {(void**)&a->residual3, L * BT * C, sizeof(floatX)},
-            {(void**)&a->lnf, BT * C, sizeof(floatX)},
-            {(void**)&a->lnf_mean, BT, sizeof(float)},
-            {(void**)&a->lnf_rstd, BT, sizeof(float)},
+            {(void**)&a->fcproj, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->residual3, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->lnf, BTs * C, sizeof(floatX)},
+            {(void**)&a->lnf_mean, BTs, sizeof(float)},
+            {(void**)&a->lnf_rstd, BTs, sizeof(float)},
         };
         tensors.insert(tensors.end(), per_slot, per_slot + sizeof(per_slot) / sizeof(per_slot[0]));
     }
     Buf shared[] = {
-        {(void**)&model->bufs.dresidual, BT * C, sizeof(floatX)},
-        {(void**)&model->bufs.dln, BT * C, sizeof(floatX)},
+        {(void**)&model->bufs.dresidual, BTs * C, sizeof(floatX)},
+        {(void**)&model->bufs.dln, BTs * C, sizeof(floatX)},
         {(void**)&model->bufs.datty, BT * Ca, sizeof(floatX)},
         {(void**)&model->bufs.dqkv, BT * Cq, sizeof(floatX)},
         {(void**)&model->bufs.dfch, BT * H, sizeof(floatX)},
@@ -297,11 +305,12 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
         };
         tensors.insert(tensors.end(), io, io + sizeof(io) / sizeof(io[0]));
     }
-    size_t total = 0;
-    for (const Buf& t : tensors) { total += ceil_div(t.count * t.elsize, 64) * 64; }
+    size_t total = 0, requested = 0;
+    for (const Buf& t : tensors) { total += ceil_div(t.count * t.elsize, 64) * 64; requested += t.count * t.elsize; }
     if (model->acts_memory) { device_free(model->acts_memory); free(model->losses_host); }
     model->acts_memory = device_malloc(total);
     model->acts_bytes = total;
+    model->acts_requested = requested;
     char* base = (char*)model->acts_memory;
     for (const Buf& t : tensors) {
         *t.ptr = base;
@@ -323,9 +332,13 @@ static inline void gpt2_set_batch(GPT2* model, int slot, const int* inputs, int 
     if (B > model->max_B || T > model->max_T) {
         die("batch %dx%d is larger than the %dx%d the activations were allocated for", B, T, model->max_B, model->max_T);
     }
+    if (model->place.sp && T % model->place.tp != 0) {
+        die("sequence parallelism: a batch of sequence length %d does not split over tp %d", T, model->place.tp);
+    }
     ActivationTensors* a = &model->acts[slot];
     a->B = B;
     a->T = T;
+    a->Ts = gpt2_place_stream_tokens(&model->place, T);
     if (inputs) { copy_host_to_device(a->inputs, inputs, (size_t)B * T * sizeof(int)); }
 }
 
@@ -336,7 +349,8 @@ static inline void gpt2_forward_begin(GPT2* model) {
 }
 
 static inline OpAt gpt2_at(GPT2* model, int slot, int layer) {
-    OpAt at = {model, slot, layer, model->acts[slot].B, model->acts[slot].T};
+    const ActivationTensors* a = &model->acts[slot];
+    OpAt at = {model, slot, layer, a->B, a->T, a->Ts};
     return at;
 }
 
@@ -350,47 +364,48 @@ static inline void gpt2_embed_forward(GPT2* model, int slot) {
 // Block l's saved activations in a slot (l: global layer index of this stage)
 static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     ActivationTensors* a = &model->acts[slot];
-    size_t BT = (size_t)a->B * a->T, C = model->config.channels, li = (size_t)(l - model->place.layer_begin);
+    size_t BT = (size_t)a->B * a->T, BTs = (size_t)a->B * a->Ts, C = model->config.channels;
+    size_t li = (size_t)(l - model->place.layer_begin);
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = attention_state_size(a->B, a->T, gpt2_local_heads(model));
     BlockActs b;
-    b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BT * C;
-    b.ln1 = a->ln1 + li * BT * C;
-    b.ln1_mean = a->ln1_mean + li * BT;
-    b.ln1_rstd = a->ln1_rstd + li * BT;
+    b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BTs * C;
+    b.ln1 = a->ln1 + li * BTs * C;
+    b.ln1_mean = a->ln1_mean + li * BTs;
+    b.ln1_rstd = a->ln1_rstd + li * BTs;
     b.qkv = a->qkv + li * BT * Cq;
     b.atty = a->atty + li * BT * Ca;
     b.att = a->att + li * att;
-    b.attproj = a->attproj + li * BT * C;
-    b.residual2 = a->residual2 + li * BT * C;
-    b.ln2 = a->ln2 + li * BT * C;
-    b.ln2_mean = a->ln2_mean + li * BT;
-    b.ln2_rstd = a->ln2_rstd + li * BT;
+    b.attproj = a->attproj + li * BTs * C;
+    b.residual2 = a->residual2 + li * BTs * C;
+    b.ln2 = a->ln2 + li * BTs * C;
+    b.ln2_mean = a->ln2_mean + li * BTs;
+    b.ln2_rstd = a->ln2_rstd + li * BTs;
     b.fch = a->fch + li * BT * H;
     b.fch_gelu = a->fch_gelu + li * BT * H;
-    b.fcproj = a->fcproj + li * BT * C;
-    b.residual3 = a->residual3 + li * BT * C;
+    b.fcproj = a->fcproj + li * BTs * C;
+    b.residual3 = a->residual3 + li * BTs * C;
     return b;
 }
 // the output of the stage's last block (what the head, or the next stage, reads)
 static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
     ActivationTensors* a = &model->acts[slot];
-    return a->residual3 + (size_t)(gpt2_local_layers(model) - 1) * a->B * a->T * model->config.channels;
+    return a->residual3 + (size_t)(gpt2_local_layers(model) - 1) * a->B * a->Ts * model->config.channels;
 }
 
 // The block's computation on given weights and activation buffers: the one copy of the block
 // that training (gpt2_block_forward) and generation (llmc/generate.h) share.
 static inline void gpt2_block_compute(GPT2* model, const GPT2Ops* ops, const OpAt* at, const BlockWeights* w,
                                       BlockActs* b) {
-    int B = at->B, T = at->T, C = model->config.channels;
+    int B = at->B, Ts = at->Ts, C = model->config.channels;   // the residual stream: B x Ts tokens
     int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), NH = gpt2_local_heads(model);
-    size_t BTC = (size_t)B * T * C;
-    layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, w->ln1w, w->ln1b, B, T, C);
+    size_t BTC = (size_t)B * Ts * C;
+    layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, w->ln1w, w->ln1b, B, Ts, C);
     ops->linear.forward(ops->linear.ctx, at, LINEAR_QKV, b->qkv, b->ln1, w->qkvw, w->qkvb, C, Cq);
     ops->attention.forward(ops->attention.ctx, at, b->atty, b->att, b->qkv, Ca, NH);
     ops->linear.forward(ops->linear.ctx, at, LINEAR_ATTPROJ, b->attproj, b->atty, w->attprojw, w->attprojb, Ca, C);
     residual_forward(b->residual2, b->residual, b->attproj, BTC);
-    layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, w->ln2w, w->ln2b, B, T, C);
+    layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, w->ln2w, w->ln2b, B, Ts, C);
     MLPActs mlp = {b->fch, b->fch_gelu, b->fcproj};
     ops->mlp.forward(ops->mlp.ctx, at, &mlp, b->ln2, w, C, H);
     residual_forward(b->residual3, b->residual2, b->fcproj, BTC);
@@ -411,7 +426,7 @@ static inline void gpt2_head_forward(GPT2* model, int slot) {
     OpAt at = gpt2_at(model, slot, -1);
     int C = model->config.channels;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt2_stage_output(model, slot), model->root.lnfw,
-                      model->root.lnfb, a->B, a->T, C);
+                      model->root.lnfb, a->B, a->Ts, C);
     model->ops.linear.forward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, model->logits, a->lnf, model->root.wte, NULL, C,
                               gpt2_local_vocab(model));
 }
@@ -453,12 +468,12 @@ static inline void gpt2_head_backward(GPT2* model, int slot) {
     ActivationTensors* a = &model->acts[slot];
     GradientBuffers d = model->bufs;
     OpAt at = gpt2_at(model, slot, -1);
-    int B = a->B, T = a->T, C = model->config.channels;
+    int B = a->B, Ts = a->Ts, C = model->config.channels;
     model->ops.linear.backward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, d.dln, model->root_grads.wte, NULL, model->logits,
                                a->lnf, model->root.wte, C, gpt2_local_vocab(model));
-    device_memset_zero(d.dresidual, (size_t)B * T * C * sizeof(floatX));
+    device_memset_zero(d.dresidual, (size_t)B * Ts * C * sizeof(floatX));
     layernorm_backward(d.dresidual, model->root_grads.lnfw, model->root_grads.lnfb, d.dln, gpt2_stage_output(model, slot),
-                       model->root.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C);
+                       model->root.lnfw, a->lnf_mean, a->lnf_rstd, B, Ts, C);
 }
 
 // dresidual holds d(block l's output) on entry, d(block l's input) on exit
@@ -470,18 +485,18 @@ static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
     OpAt at = gpt2_at(model, slot, l);
     const GPT2Ops* ops = &model->ops;
     GradientBuffers d = model->bufs;
-    int B = at.B, T = at.T, C = model->config.channels;
+    int B = at.B, Ts = at.Ts, C = model->config.channels;   // layernorms: the residual stream's B x Ts tokens
     int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), NH = gpt2_local_heads(model);
     // MLP half: dresidual holds d(residual3) = d(fcproj) = d(residual2) so far
     MLPActs mlp = {b.fch, b.fch_gelu, b.fcproj};
     ops->mlp.backward(ops->mlp.ctx, &at, d.dln, d.dresidual, &mlp, b.ln2, &w, &gw, d.dfch, C, H);
-    layernorm_backward(d.dresidual, gw.ln2w, gw.ln2b, d.dln, b.residual2, w.ln2w, b.ln2_mean, b.ln2_rstd, B, T, C);
+    layernorm_backward(d.dresidual, gw.ln2w, gw.ln2b, d.dln, b.residual2, w.ln2w, b.ln2_mean, b.ln2_rstd, B, Ts, C);
     // attention half: dresidual now holds d(residual2) = d(attproj) = d(residual)
     ops->linear.backward(ops->linear.ctx, &at, LINEAR_ATTPROJ, d.datty, gw.attprojw, gw.attprojb, d.dresidual, b.atty,
                          w.attprojw, Ca, C);
     ops->attention.backward(ops->attention.ctx, &at, d.dqkv, d.datty, b.qkv, b.att, Ca, NH);
     ops->linear.backward(ops->linear.ctx, &at, LINEAR_QKV, d.dln, gw.qkvw, gw.qkvb, d.dqkv, b.ln1, w.qkvw, C, Cq);
-    layernorm_backward(d.dresidual, gw.ln1w, gw.ln1b, d.dln, b.residual, w.ln1w, b.ln1_mean, b.ln1_rstd, B, T, C);
+    layernorm_backward(d.dresidual, gw.ln1w, gw.ln1b, d.dln, b.residual, w.ln1w, b.ln1_mean, b.ln1_rstd, B, Ts, C);
     hooks_block_backward_end(&model->hooks, l);
 }
 

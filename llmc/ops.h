@@ -15,8 +15,13 @@
 //   generation (generate.h)      attention (over the KV cache)
 // An op sees where it is called (OpAt: the model, the micro-batch slot, the layer, B and T) and
 // this rank's LOCAL sizes: with tp ranks the QKV linear has 3C/tp outputs, attention NH/tp
-// heads, the MLP 4C/tp hidden units (llmc/params.h's shard rules). T is the sequence length
-// inside the sublayer (a sequence-parallel op receives T/tp of it and gathers the rest).
+// heads, the MLP 4C/tp hidden units (llmc/params.h's shard rules). Tokens: T is the micro-batch's
+// sequence length, which attention and the tensor-parallel region inside the sublayers see; Ts is
+// the part of it the residual stream holds on this rank (T, or T/tp under sequence parallelism).
+// An entry's input and output on the residual stream (the embedding's output, a linear's input
+// at QKV/FC/LM_HEAD, its output at ATTPROJ/FCPROJ, the MLP's input and output) have B x Ts
+// tokens; everything inside (qkv, attention, the MLP's hidden units, the logits) has B x T. The
+// default entries need Ts = T; the sequence-parallel ones gather and scatter between the two.
 // Each sublayer's entries come with their own `ctx` (the owner's state: communicator, buffers),
 // so strategies that replace different sublayers do not collide; the default entries take none. The mlp and the linears are separate entries: the default mlp
 // calls model->ops.linear, so a tensor-parallel linear also parallelises the default MLP.
@@ -31,7 +36,8 @@ typedef struct {
     struct GPT2* model;
     int slot;        // micro-batch slot (llmc/gpt2.h): whose saved activations
     int layer;       // global layer index, -1 outside the blocks
-    int B, T;
+    int B, T;        // micro-batch: B sequences of T tokens
+    int Ts;          // tokens per sequence on this rank's residual stream (T, or T/tp with SP)
 } OpAt;
 
 typedef enum { LINEAR_QKV, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ, LINEAR_LM_HEAD, NUM_LINEAR_SITES } LinearSite;

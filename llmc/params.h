@@ -75,15 +75,19 @@ typedef struct {
     int tp, tp_rank;               // tensor-parallel size and this rank's index
     int layer_begin, layer_end;    // the pipeline stage's layers [begin, end)
     int has_embedding, has_head;   // first stage: wte/wpe lookup; last stage: lnf, LM head, loss
+    int sp;                        // sequence parallelism: the residual stream (layernorms, residual
+                                   // adds, the embedding's output) holds T/tp of the tokens here
 } GPT2Place;
 
 static inline GPT2Place gpt2_place_whole(const GPT2Config* c) {
-    GPT2Place p = {1, 0, 0, c->num_layers, 1, 1};
+    GPT2Place p = {1, 0, 0, c->num_layers, 1, 1, 0};
     return p;
 }
 static inline int gpt2_place_is_whole(const GPT2Place* p, const GPT2Config* c) {
     return p->tp == 1 && p->layer_begin == 0 && p->layer_end == c->num_layers && p->has_embedding && p->has_head;
 }
+// tokens of a T-token sequence that this rank's residual stream holds
+static inline int gpt2_place_stream_tokens(const GPT2Place* p, int T) { return p->sp ? T / p->tp : T; }
 
 // Every rank that finds its place impossible says so (the callers run this on every rank).
 static inline void gpt2_place_check(const GPT2Place* p, const GPT2Config* c) {
@@ -96,6 +100,7 @@ static inline void gpt2_place_check(const GPT2Place* p, const GPT2Config* c) {
     if ((4 * c->channels) % p->tp != 0 || c->channels % p->tp != 0) {
         die("tensor parallelism %d does not divide the channels (%d) of the MLP and the projections", p->tp, c->channels);
     }
+    if (p->sp && p->tp < 2) { die("sequence parallelism splits the sequence over tensor-parallel ranks: it needs tp >= 2"); }
     if (c->padded_vocab_size % p->tp != 0) {
         die("tensor parallelism %d does not divide the padded vocabulary %d", p->tp, c->padded_vocab_size);
     }
@@ -139,6 +144,8 @@ typedef struct {
     int layered;        // 1: the leading dimension is the layer (one slice per block)
     int shard;          // SHARD_*: how tensor parallelism splits it
     int used_by;        // outside the blocks: USE_EMBEDDING | USE_HEAD
+    int norm;           // 1: a layernorm's weight or bias. Under sequence parallelism each tp rank
+                        // normalises T/tp of the tokens, so its gradient is a partial sum over tp
 } ParamInfo;
 
 static inline void fill_param_table(ParamInfo* t, const GPT2Config* cfg, const GPT2Place* place) {
@@ -147,23 +154,23 @@ static inline void fill_param_table(ParamInfo* t, const GPT2Config* cfg, const G
     float std_resid = 0.02f / sqrtf(2.0f * L);   // residual projections: GPT-2's 1/sqrt(2L)
     const int E = USE_EMBEDDING, H = USE_HEAD;
     ParamInfo table[NUM_PARAMETER_TENSORS] = {
-        // name       ndim shape        full  n  off decay init    std      layered shard      used_by
-        {"wte",      2, {Vp, C, 0},     {0}, 0, 0, 1, INIT_NORMAL, std,       0, SHARD_VOCAB,      E | H},
-        {"wpe",      2, {maxT, C, 0},   {0}, 0, 0, 1, INIT_NORMAL, std,       0, SHARD_REPLICATED, E},
-        {"ln1w",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           1, SHARD_REPLICATED, 0},
-        {"ln1b",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
-        {"qkvw",     3, {L, 3 * C, C},  {0}, 0, 0, 1, INIT_NORMAL, std,       1, SHARD_HEADS,      0},
-        {"qkvb",     2, {L, 3 * C, 0},  {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_HEADS,      0},
-        {"attprojw", 3, {L, C, C},      {0}, 0, 0, 1, INIT_NORMAL, std_resid, 1, SHARD_ROWS,       0},
-        {"attprojb", 2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
-        {"ln2w",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           1, SHARD_REPLICATED, 0},
-        {"ln2b",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
-        {"fcw",      3, {L, 4 * C, C},  {0}, 0, 0, 1, INIT_NORMAL, std,       1, SHARD_COLUMNS,    0},
-        {"fcb",      2, {L, 4 * C, 0},  {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_COLUMNS,    0},
-        {"fcprojw",  3, {L, C, 4 * C},  {0}, 0, 0, 1, INIT_NORMAL, std_resid, 1, SHARD_ROWS,       0},
-        {"fcprojb",  2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0},
-        {"lnfw",     1, {C, 0, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           0, SHARD_REPLICATED, H},
-        {"lnfb",     1, {C, 0, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          0, SHARD_REPLICATED, H},
+        // name       ndim shape        full  n  off decay init    std      layered shard      used_by norm
+        {"wte",      2, {Vp, C, 0},     {0}, 0, 0, 1, INIT_NORMAL, std,       0, SHARD_VOCAB,      E | H, 0},
+        {"wpe",      2, {maxT, C, 0},   {0}, 0, 0, 1, INIT_NORMAL, std,       0, SHARD_REPLICATED, E, 0},
+        {"ln1w",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           1, SHARD_REPLICATED, 0, 1},
+        {"ln1b",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0, 1},
+        {"qkvw",     3, {L, 3 * C, C},  {0}, 0, 0, 1, INIT_NORMAL, std,       1, SHARD_HEADS,      0, 0},
+        {"qkvb",     2, {L, 3 * C, 0},  {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_HEADS,      0, 0},
+        {"attprojw", 3, {L, C, C},      {0}, 0, 0, 1, INIT_NORMAL, std_resid, 1, SHARD_ROWS,       0, 0},
+        {"attprojb", 2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0, 0},
+        {"ln2w",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           1, SHARD_REPLICATED, 0, 1},
+        {"ln2b",     2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0, 1},
+        {"fcw",      3, {L, 4 * C, C},  {0}, 0, 0, 1, INIT_NORMAL, std,       1, SHARD_COLUMNS,    0, 0},
+        {"fcb",      2, {L, 4 * C, 0},  {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_COLUMNS,    0, 0},
+        {"fcprojw",  3, {L, C, 4 * C},  {0}, 0, 0, 1, INIT_NORMAL, std_resid, 1, SHARD_ROWS,       0, 0},
+        {"fcprojb",  2, {L, C, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          1, SHARD_REPLICATED, 0, 0},
+        {"lnfw",     1, {C, 0, 0},      {0}, 0, 0, 0, INIT_ONES, 0,           0, SHARD_REPLICATED, H, 1},
+        {"lnfb",     1, {C, 0, 0},      {0}, 0, 0, 0, INIT_ZEROS, 0,          0, SHARD_REPLICATED, H, 1},
     };
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {

@@ -1,8 +1,9 @@
 // --trace FILE.json: Chrome trace events ("X" events: name, start, duration) that Perfetto
 // (ui.perfetto.dev) or chrome://tracing opens. One process per rank, one thread (track) per
 // stream of work: track 0 is compute (the main thread), track 1 is communication (the DP
-// communication thread, llmc/parallel/dp.h). Where the bars of the two tracks overlap in time,
-// communication is hidden behind compute.
+// communication thread, llmc/parallel/dp.h), track 2 the tensor-parallel collectives (run by the
+// main thread, llmc/parallel/tp.h: they never overlap compute). Where the bars of tracks 0 and 1
+// overlap in time, communication is hidden behind compute.
 //
 // Each rank records into memory; at the end rank 0 collects every rank's events and writes one
 // file (trace_write). Timestamps are microseconds since a barrier all ranks passed together.
@@ -27,7 +28,7 @@ typedef struct {
 } Trace;
 
 static Trace g_trace;
-static const char* TRACE_TRACK_NAMES[2] = {"compute", "communication"};
+static const char* TRACE_TRACK_NAMES[3] = {"compute", "communication", "tensor-parallel communication"};
 
 static inline void trace_start(void) {
     g_trace.enabled = 1;
@@ -48,7 +49,7 @@ static inline void trace_event(const char* name, int track, double start) {
 static inline std::string trace_json_events(int rank) {
     std::string out;
     char buf[512];
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 3; t++) {
         snprintf(buf, sizeof(buf), "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
                  rank, t, TRACE_TRACK_NAMES[t]);
         out += buf;

@@ -31,6 +31,8 @@ typedef struct {
     const char* log;
     // data parallelism
     int dp, zero, ps_servers, offload;
+    // tensor and sequence parallelism
+    int tp, sp;
     const char* dp_mode;
     const char* comm_algo;
     float bucket_mb;
@@ -60,6 +62,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->seed = 1337;
     a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
     a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
+    a->tp = 1;
     a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
     a->task = "pretrain";
     a->sft_train = "data/arithmetic/sft_train_*.bin";
@@ -103,6 +106,8 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"bench", ARG_SWITCH, &a->bench, "benchmark: random tokens, no data files, timing summary"},
         {"log", ARG_STRING, &a->log, "write 'step loss norm lr' per step at full precision to this file"},
         {"dp", ARG_INT, &a->dp, "data-parallel ranks, 0 = all the ranks mpirun started"},
+        {"tp", ARG_INT, &a->tp, "tensor-parallel ranks (Megatron): the matrices, heads and vocabulary split tp ways"},
+        {"sp", ARG_SWITCH, &a->sp, "sequence parallelism with --tp: layernorms and residuals on T/tp tokens per rank"},
         {"dp-mode", ARG_STRING, &a->dp_mode, "naive (one all-reduce), ddp (bucketed, overlapped), ps (parameter server)"},
         {"zero", ARG_INT, &a->zero, "ZeRO stage 0-3 (1: optimizer state, 2: + gradients, 3: + parameters sharded)"},
         {"bucket-mb", ARG_FLOAT, &a->bucket_mb, "gradient bucket size in MiB (ddp, ZeRO-1/2)"},
@@ -144,6 +149,9 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if (a->beta1 < 0 || a->beta1 >= 1 || a->beta2 < 0 || a->beta2 >= 1) { die("--beta1 and --beta2 must be in [0, 1)"); }
     if (a->eps <= 0) { die("--eps must be positive, got %g", a->eps); }
     if (a->dp < 0) { die("--dp must be >= 0, got %d", a->dp); }
+    if (a->tp < 1) { die("--tp must be >= 1, got %d", a->tp); }
+    if (a->sp && a->tp < 2) { die("--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); }
+    if (a->sp && a->seq % a->tp != 0) { die("--sp: the sequence length %d is not divisible by --tp %d", a->seq, a->tp); }
     if (a->zero < 0 || a->zero > 3) { die("--zero must be 0, 1, 2 or 3, got %d", a->zero); }
     if (strcmp(a->dp_mode, "naive") != 0 && strcmp(a->dp_mode, "ddp") != 0 && strcmp(a->dp_mode, "ps") != 0) {
         die("--dp-mode must be naive, ddp or ps, got '%s'", a->dp_mode);

@@ -6,21 +6,30 @@
 // positions in order: no races, and the sum order does not depend on the thread count.
 #pragma once
 
-static inline void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
-                            int B, int T, int C) {
+#include <limits.h>
+
+// The vocabulary-parallel lookup (llmc/parallel/vocab.h): this rank holds rows [v0, v0 + Vs) of
+// wte, as wte_shard. Tokens outside the range contribute 0 (another rank holds their row), and
+// wpe may be NULL (only one rank of the group adds it, so the sum over ranks adds it once):
+//   forward:  out[b,t,:]  = (v0 <= tok < v0 + Vs ? wte_shard[tok - v0,:] : 0) + wpe[t,:]
+//   backward: dwte_shard[tok - v0,:] += dout[b,t,:] for the tokens in range; dwpe as above
+// With v0 = 0 and every token in range these are the plain embedding's two passes.
+static inline void encoder_forward_vocab(float* out, const int* inp, const float* wte, const float* wpe, int v0, int Vs,
+                                         int B, int T, int C) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             float* out_bt = out + ((size_t)b * T + t) * C;
-            const float* wte_ix = wte + (size_t)inp[b * T + t] * C;
-            const float* wpe_t = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) { out_bt[c] = wte_ix[c] + wpe_t[c]; }
+            int row = inp[b * T + t] - v0;
+            const float* wte_ix = row >= 0 && row < Vs ? wte + (size_t)row * C : NULL;
+            const float* wpe_t = wpe ? wpe + (size_t)t * C : NULL;
+            for (int c = 0; c < C; c++) { out_bt[c] = (wte_ix ? wte_ix[c] : 0.0f) + (wpe_t ? wpe_t[c] : 0.0f); }
         }
     }
 }
 
-static inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
-                             int B, int T, int C) {
+static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float* dout, const int* inp, int v0, int Vs,
+                                          int B, int T, int C) {
     const int CB = 16;  // channels per block: one 64-byte cache line of floats
     int nblocks = (C + CB - 1) / CB;
     #pragma omp parallel for
@@ -29,15 +38,25 @@ static inline void encoder_backward(float* dwte, float* dwpe, const float* dout,
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < T; t++) {
                 const float* dout_bt = dout + ((size_t)b * T + t) * C;
-                float* dwte_ix = dwte + (size_t)inp[b * T + t] * C;
-                float* dwpe_t = dwpe + (size_t)t * C;
-                for (int c = c0; c < c1; c++) {
-                    dwte_ix[c] += dout_bt[c];
-                    dwpe_t[c] += dout_bt[c];
+                int row = inp[b * T + t] - v0;
+                if (row >= 0 && row < Vs) {
+                    float* dwte_ix = dwte + (size_t)row * C;
+                    for (int c = c0; c < c1; c++) { dwte_ix[c] += dout_bt[c]; }
+                }
+                if (dwpe) {
+                    float* dwpe_t = dwpe + (size_t)t * C;
+                    for (int c = c0; c < c1; c++) { dwpe_t[c] += dout_bt[c]; }
                 }
             }
         }
     }
+}
+
+static inline void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    encoder_forward_vocab(out, inp, wte, wpe, 0, INT_MAX, B, T, C);
+}
+static inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    encoder_backward_vocab(dwte, dwpe, dout, inp, 0, INT_MAX, B, T, C);
 }
 
 // Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/generate.h):

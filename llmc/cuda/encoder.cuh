@@ -11,27 +11,37 @@
 // Cost: the host sort makes the backward wait for the GPU once per step (small: B*T ints).
 #pragma once
 
+#include <limits.h>
 #include <vector>
 #include "common.cuh"
 #include "memory.cuh"   // copy_device_to_host, copy_host_to_device
 
-__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+// The vocabulary-parallel versions (llmc/parallel/vocab.h; formulas in llmc/cpu/encoder.h): wte
+// holds rows [v0, v0 + Vs) only, tokens outside the range add 0, wpe (dwpe) may be NULL. The plain
+// embedding is v0 = 0 with every token in range.
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int v0, int Vs,
                                        int B, int T, int C) {
     size_t N = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T);
-        out[i] = from_float(to_float(wte[(size_t)inp[bt] * C + c]) + to_float(wpe[(size_t)t * C + c]));
+        int c = (int)(i % C), t = (int)(bt % T), row = inp[bt] - v0;
+        float e = row >= 0 && row < Vs ? to_float(wte[(size_t)row * C + c]) : 0.0f;
+        float p = wpe ? to_float(wpe[(size_t)t * C + c]) : 0.0f;
+        out[i] = from_float(e + p);
     }
 }
 
-static inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
-                                   int B, int T, int C) {
-    encoder_forward_kernel<<<grid_for((size_t)B * T * C, 256), 256>>>(out, inp, wte, wpe, B, T, C);
+static inline void encoder_forward_vocab(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int v0, int Vs,
+                                         int B, int T, int C) {
+    encoder_forward_kernel<<<grid_for((size_t)B * T * C, 256), 256>>>(out, inp, wte, wpe, v0, Vs, B, T, C);
     cudaCheckLaunch();
+}
+static inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {
+    encoder_forward_vocab(out, inp, wte, wpe, 0, INT_MAX, B, T, C);
 }
 
 // bucket_start[k] .. bucket_start[k+1]-1 index positions[] for distinct token bucket_token[k]
+// (bucket_token: the row in this rank's wte)
 __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* positions,
                                             const int* bucket_start, const int* bucket_token, int C) {
     int k = blockIdx.x;
@@ -51,39 +61,52 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, in
     dwpe[i] = from_float(to_float(dwpe[i]) + s);
 }
 
-static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
-                                    int B, int T, int C) {
+static inline void encoder_backward_vocab(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int v0, int Vs,
+                                          int B, int T, int C) {
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int BT = B * T;
-    // group positions by token on the host: a stable sort keeps each token's positions in order
-    std::vector<int> tokens(BT), order(BT);
+    // group the positions whose token is in range by token on the host: a stable counting sort
+    // keeps each token's positions in order
+    std::vector<int> tokens(BT), order;
     copy_device_to_host(tokens.data(), inp, (size_t)BT * sizeof(int));
-    int max_tok = 0;
-    for (int i = 0; i < BT; i++) { max_tok = tokens[i] > max_tok ? tokens[i] : max_tok; }
-    std::vector<int> count(max_tok + 2, 0);
-    for (int i = 0; i < BT; i++) { count[tokens[i] + 1]++; }
-    for (int v = 0; v <= max_tok; v++) { count[v + 1] += count[v]; }   // count[v] = first slot of token v
+    int max_row = -1;
+    for (int i = 0; i < BT; i++) {
+        int row = tokens[i] - v0;
+        tokens[i] = row >= 0 && row < Vs ? row : -1;   // -1: another rank's row
+        max_row = tokens[i] > max_row ? tokens[i] : max_row;
+    }
+    std::vector<int> count(max_row + 2, 0);
+    for (int i = 0; i < BT; i++) { if (tokens[i] >= 0) { count[tokens[i] + 1]++; } }
+    for (int v = 0; v <= max_row; v++) { count[v + 1] += count[v]; }   // count[v] = first slot of row v
+    int in_range = max_row >= 0 ? count[max_row + 1] : 0;
     std::vector<int> bucket_start, bucket_token;
-    for (int v = 0; v <= max_tok; v++) {
+    for (int v = 0; v <= max_row; v++) {
         if (count[v + 1] > count[v]) { bucket_start.push_back(count[v]); bucket_token.push_back(v); }
     }
-    bucket_start.push_back(BT);
-    for (int i = 0; i < BT; i++) { order[count[tokens[i]]++] = i; }
+    bucket_start.push_back(in_range);
+    order.assign(in_range, 0);
+    for (int i = 0; i < BT; i++) { if (tokens[i] >= 0) { order[count[tokens[i]]++] = i; } }
     int nbuckets = (int)bucket_token.size();
-    // one upload: positions | bucket_start | bucket_token
-    std::vector<int> packed(order);
-    packed.insert(packed.end(), bucket_start.begin(), bucket_start.end());
-    packed.insert(packed.end(), bucket_token.begin(), bucket_token.end());
-    int* d = (int*)scratch_reserve(&scratch, &scratch_cap, packed.size() * sizeof(int));
-    copy_host_to_device(d, packed.data(), packed.size() * sizeof(int));
-
-    const int block = 128;
-    dim3 grid(nbuckets, (C + block - 1) / block);
-    encoder_backward_wte_kernel<<<grid, block>>>(dwte, dout, d, d + BT, d + BT + nbuckets + 1, C);
-    cudaCheckLaunch();
-    encoder_backward_wpe_kernel<<<(int)ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
-    cudaCheckLaunch();
+    if (nbuckets > 0) {
+        // one upload: positions | bucket_start | bucket_token
+        std::vector<int> packed(order);
+        packed.insert(packed.end(), bucket_start.begin(), bucket_start.end());
+        packed.insert(packed.end(), bucket_token.begin(), bucket_token.end());
+        int* d = (int*)scratch_reserve(&scratch, &scratch_cap, packed.size() * sizeof(int));
+        copy_host_to_device(d, packed.data(), packed.size() * sizeof(int));
+        const int block = 128;
+        dim3 grid(nbuckets, (C + block - 1) / block);
+        encoder_backward_wte_kernel<<<grid, block>>>(dwte, dout, d, d + in_range, d + in_range + nbuckets + 1, C);
+        cudaCheckLaunch();
+    }
+    if (dwpe) {
+        encoder_backward_wpe_kernel<<<(int)ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
+        cudaCheckLaunch();
+    }
+}
+static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
+    encoder_backward_vocab(dwte, dwpe, dout, inp, 0, INT_MAX, B, T, C);
 }
 
 // Embedding of N tokens at given positions (generation with a KV cache, llmc/generate.h):

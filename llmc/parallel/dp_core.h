@@ -67,6 +67,18 @@ typedef struct {
     size_t n;
 } OptSegment;
 
+// The ranks that hold the other shards of this rank's replica (tensor parallelism's tp group:
+// llmc/parallel/tp.h). The update needs them twice: the gradient norm is a sum over the whole
+// model, so the squared norms of the shards are summed over the group (replicated tensors
+// counted once, from tp rank 0); and a gradient that is a partial sum over the group
+// (sequence parallelism's layernorms) is completed before the norm and AdamW. NULL functions:
+// no such group (a rank holds the whole model).
+typedef struct {
+    void* ctx;
+    void (*complete_grads)(void* ctx, int tensor, floatX* grad, size_t n);   // make [grad, grad + n) whole
+    double (*sum_norm)(void* ctx, double sq);                                // sum over the group
+} ShardGroup;
+
 typedef struct DataParallel {
     // configuration
     const struct DPModeOps* ops;       // the mode: dp_naive.h, dp_ddp.h, dp_ps.h, dp_zero.h, dp_zero3.h
@@ -78,6 +90,7 @@ typedef struct DataParallel {
     Comm* comm;                   // the data-parallel group
     int N, rank;
     GPT2* model;
+    ShardGroup shards;            // the other shards of this replica (tensor parallelism)
     // layout (buckets.h): units 0 .. nl-1 are the stage's blocks (local index), then the root
     std::vector<Bucket> buckets;
     int num_units, root_unit;              // root_unit = nl, or -1 when the stage holds no tensor outside the blocks

@@ -96,20 +96,47 @@ static inline void dp_install_hooks(DataParallel* dp, const char* name, GPT2Hook
 }
 
 // ---------------------------------------------------------------------------------------
+// Owning a contiguous range [o, o + n) of the model's flat buffers (naive DP: all of it; a
+// parameter server: its slice): optimizer state for the range, and segments that cut it at
+// tensor boundaries.
+static inline void dp_own_flat_range(DataParallel* dp, size_t o, size_t n) {
+    GPT2* model = dp->model;
+    dp->own_flat_offset = o;
+    dp->own_flat_count = n;
+    dp->flat_m = dp->opt->alloc(dp, MEM_OPTIM, n);
+    dp->flat_v = dp->opt->alloc(dp, MEM_OPTIM, n);
+    if (dp_has_master(dp)) {
+        dp->flat_master = dp->opt->alloc(dp, MEM_MASTER, n);
+        dp->opt->seed_master(dp->flat_master, model->params_memory + o, n);
+    }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamInfo* p = &model->param_info[i];
+        size_t s = std::max(o, p->offset), e = std::min(o + n, p->offset + p->numel);
+        if (s >= e) { continue; }
+        dp->segments.push_back({i, model->params_memory + s, model->grads_memory + s, dp->flat_m + (s - o),
+                                 dp->flat_v + (s - o), dp->flat_master ? dp->flat_master + (s - o) : NULL, e - s});
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The update of what this rank owns (its OptSegments), after its gradients are complete.
 
 // squared norm of what this rank owns; when the owners are disjoint (ZeRO, parameter server)
-// the parts are summed over the ranks (8 bytes, not counted), else every rank has it all
+// the parts are summed over the ranks (8 bytes, not counted), else every rank has it all. With
+// tensor parallelism the shards of the replica are summed too (dp->shards), a replicated
+// tensor counted on tp rank 0 only.
 static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
     GPT2* m = dp->model;
     double sq = 0.0;
     for (const OptSegment& s : dp->segments) {
+        if (m->place.tp_rank != 0 && m->param_info[s.tensor].shard == SHARD_REPLICATED) { continue; }
         float part;
         global_norm_squared(m->norm_squared, s.grad, s.n);
         copy_device_to_host(&part, m->norm_squared, sizeof(float));
         sq += part;
     }
     if (owners_disjoint) { MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, dp->comm->mpi); }
+    if (dp->shards.sum_norm) { sq = dp->shards.sum_norm(dp->shards.ctx, sq); }
     return (float)sqrt(sq);
 }
 
@@ -121,6 +148,9 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
     dp_wait_all(dp);   // every bucket's collective has finished
     dp->in_flight.clear();
     double t0 = trace_now();
+    if (dp->shards.complete_grads) {
+        for (const OptSegment& s : dp->segments) { dp->shards.complete_grads(dp->shards.ctx, s.tensor, s.grad, s.n); }
+    }
     float norm = dp_grad_norm(dp, owners_disjoint);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     m->step += 1;

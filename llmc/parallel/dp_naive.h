@@ -9,18 +9,16 @@
 // identical without ever sending parameters.
 //
 // After the backward pass of the last micro-step, one all-reduce (average) of the model's whole
-// flat gradient buffer, then the model's own update (gpt2_update). Communication waits for all
+// flat gradient buffer, then the update of everything (dp_update_owned, as every mode). Communication waits for all
 // of backward, and backward waits for nothing: the whole all-reduce is exposed. Bucketed DDP
 // (dp_ddp.h) starts it during the backward instead.
 #pragma once
 
 #include "dp_mode.h"
 
+// every rank owns everything: optimizer state for the whole flat buffer
 static inline void naive_init(DataParallel* dp) {
-    GPT2* model = dp->model;
-    gpt2_allocate_optimizer(model);
-    dp->mem_live[MEM_OPTIM] = 2 * dp->psi * sizeof(float);
-    if (model->master_memory) { dp->mem_live[MEM_MASTER] = dp->psi * sizeof(float); }
+    dp_own_flat_range(dp, 0, dp->psi);
     dp_install_hooks(dp, "data parallel: naive", GPT2Hooks{});
 }
 
@@ -30,7 +28,7 @@ static inline float naive_update(DataParallel* dp, float lr, float beta1, float 
                                  float grad_clip) {
     GPT2* m = dp->model;
     dp_run(dp, "all-reduce gradients", [dp, m] { dp_allreduce_avg(dp, m->grads_memory, m->num_parameters); });
-    return gpt2_update(m, lr, beta1, beta2, eps, weight_decay, grad_clip);
+    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip, 0);
 }
 
 static inline uint64_t naive_formula_bytes(const DataParallel* dp, int micro) {

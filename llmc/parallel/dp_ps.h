@@ -28,26 +28,8 @@
 // A server's optimizer state covers its slice of the flat buffers; its segments are that slice
 // cut at tensor boundaries. Workers own nothing.
 static inline void ps_init(DataParallel* dp) {
-    GPT2* model = dp->model;
     int S = dp->ps_servers;
-    if (dp->rank < S) {
-        dp->own_flat_offset = comm_block_offset(dp->psi, S, dp->rank);
-        dp->own_flat_count = comm_block_count(dp->psi, S, dp->rank);
-        size_t n = dp->own_flat_count, o = dp->own_flat_offset;
-        dp->flat_m = dp->opt->alloc(dp, MEM_OPTIM, n);
-        dp->flat_v = dp->opt->alloc(dp, MEM_OPTIM, n);
-        if (dp_has_master(dp)) {
-            dp->flat_master = dp->opt->alloc(dp, MEM_MASTER, n);
-            dp->opt->seed_master(dp->flat_master, model->params_memory + o, n);
-        }
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            const ParamInfo* p = &model->param_info[i];
-            size_t s = std::max(o, p->offset), e = std::min(o + n, p->offset + p->numel);
-            if (s >= e) { continue; }
-            dp->segments.push_back({i, model->params_memory + s, model->grads_memory + s, dp->flat_m + (s - o),
-                                     dp->flat_v + (s - o), dp->flat_master ? dp->flat_master + (s - o) : NULL, e - s});
-        }
-    }
+    if (dp->rank < S) { dp_own_flat_range(dp, comm_block_offset(dp->psi, S, dp->rank), comm_block_count(dp->psi, S, dp->rank)); }
     dp_install_hooks(dp, "data parallel: parameter server", GPT2Hooks{});
 }
 

@@ -26,6 +26,7 @@
 #include "../comm/comm.h"
 #include "mesh.h"
 #include "dp.h"
+#include "tp.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -33,8 +34,10 @@ typedef struct {
     int rank, world_size;   // this process in the world
     int use_dp;             // data parallelism's layer is on (several ranks, or a DP flag on one)
     int ndp, dp_rank;       // data-parallel size and this rank's index (1 and 0 without it)
+    int ntp;                // tensor-parallel size (1 without it)
     Mesh mesh;
     DataParallel dp;
+    TensorParallel tp;      // with ntp > 1: the ops of llmc/parallel/tp.h on the mesh's tp group
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
@@ -54,18 +57,29 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     plan->comm_total = plan->exposed_total = 0.0;
     memset(&plan->mesh, 0, sizeof(plan->mesh));
     plan->step = step_grad_accum();
-    if (!comm_mpi_available() && plan_wants_dp(args)) {
-        die("data parallelism (--dp, --dp-mode, --zero, --offload) needs the MPI build: apt-get install libopenmpi-dev, then make");
+    plan->ntp = args->tp;
+    memset(&plan->tp, 0, sizeof(plan->tp));
+    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1)) {
+        die("data and tensor parallelism (--dp, --dp-mode, --zero, --offload, --tp) need the MPI build: apt-get install "
+            "libopenmpi-dev, then make");
     }
-    // the data-parallel communication thread calls MPI while the main thread computes; the two
-    // never call MPI at the same time, which MPI_THREAD_SERIALIZED allows
-    int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
-    if (provided < MPI_THREAD_SERIALIZED) { die("this MPI library does not support MPI_THREAD_SERIALIZED"); }
+    // The data-parallel communication thread calls MPI while the main thread computes. Alone,
+    // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor parallelism
+    // the main thread's collectives on the tp group run while the thread reduces gradients on
+    // the dp group, which needs MPI_THREAD_MULTIPLE.
+    int need = args->tp > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
+    MPI_Init_thread(argc, argv, need, &provided);
+    if (provided < need) {
+        die("this MPI library does not provide %s (needed %s)", need == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" :
+            "MPI_THREAD_SERIALIZED", args->tp > 1 ? "by --tp: tp and dp collectives run in two threads at once" : "");
+    }
     plan->world = comm_init_world(argc, argv);
     plan->rank = plan->world.rank;
     plan->world_size = plan->world.size;
     plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
+    if (plan->world_size % args->tp != 0) {
+        die("--tp %d does not divide the %d ranks mpirun started [rank %d]", args->tp, plan->world_size, plan->rank);
+    }
     // one GPU per rank of a node (CUDA build): the node-local rank picks it
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, plan->rank, MPI_INFO_NULL, &node);
@@ -75,7 +89,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     backend_init(local_rank);
     plan->ndp = 1;
     if (plan->use_dp) {
-        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size, 1, 1, 1);
+        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / args->tp, 1, 1, args->tp);
         plan->ndp = plan->mesh.size[MESH_DP];
         plan->dp_rank = plan->mesh.coord[MESH_DP];
 #ifdef LLMC_CUDA_COMM
@@ -83,6 +97,9 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
         // share a GPU, on a non-blocking stream of their own (ordered after the compute stream
         // by the event dp_enqueue records, so communication can overlap the backward)
         comm_enable_device(&plan->mesh.dim[MESH_DP], 0, 1);
+        // the tp collectives run on the compute thread, in order with the kernels around them:
+        // a blocking stream (ordered after the compute stream's work), as Megatron's are
+        if (args->tp > 1) { comm_enable_device(&plan->mesh.dim[MESH_TP], 0, 0); }
 #endif
     }
     if (plan->rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
@@ -94,11 +111,19 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
 }
 
 // Which shard of the model this rank holds (llmc/params.h), asked by gpt2_from_args once the
-// model's shape is known. Data parallelism keeps whole replicas; tensor parallelism will set
-// tp and tp_rank from the mesh, the pipeline the stage's layers and its ends.
+// model's shape is known. Data parallelism keeps whole replicas; tensor parallelism splits the
+// matrices over the mesh's tp group (and with --sp the residual stream's tokens); the pipeline
+// will set the stage's layers and its ends. Every rank checks the place (gpt2_place_check
+// names what does not divide), so every rank reports a model that does not split.
 static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
-    (void)ctx;
-    return gpt2_place_whole(cfg);
+    Plan* plan = (Plan*)ctx;
+    GPT2Place p = gpt2_place_whole(cfg);
+    if (plan->ntp > 1) {
+        p.tp = plan->ntp;
+        p.tp_rank = plan->mesh.coord[MESH_TP];
+        p.sp = plan->args->sp;
+    }
+    return p;
 }
 
 // This rank's micro-batch: the global --batch over micro-steps and data-parallel ranks.
@@ -110,12 +135,27 @@ static inline int plan_micro_batch(const Plan* plan) {
     return a->batch / (a->grad_accum * plan->ndp);
 }
 
-// The model (built, activations allocated) joins the plan: data parallelism's placement.
+// What the data-parallel update asks of the tp group (dp_core.h's ShardGroup)
+static inline void plan_tp_complete_grads(void* ctx, int tensor, floatX* grad, size_t n) {
+    sp_sum_norm_grads((TensorParallel*)ctx, tensor, grad, n);
+}
+static inline double plan_tp_sum_norm(void* ctx, double sq) {
+    MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, ((TensorParallel*)ctx)->comm->mpi);   // 8 bytes, not counted
+    return sq;
+}
+
+// The model (built, activations allocated) joins the plan: tensor parallelism's ops, data
+// parallelism's placement.
 static inline void plan_attach(Plan* plan, GPT2* model) {
     plan->model = model;
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
-    DPConfig cfg = {a->dp_mode, a->zero, a->offload, strcmp(a->comm_algo, "ring") == 0, a->ps_servers, a->bucket_mb};
+    int use_ring = strcmp(a->comm_algo, "ring") == 0;
+    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}};
+    if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
+        tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
+        cfg.shards = ShardGroup{&plan->tp, plan_tp_complete_grads, plan_tp_sum_norm};
+    }
     dp_init(&plan->dp, model, &plan->mesh.dim[MESH_DP], &cfg);
 }
 
@@ -123,6 +163,7 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
 
 static inline void plan_zero_grad(Plan* plan) {
     if (plan->use_dp) { dp_zero_grad(&plan->dp); } else { gpt2_zero_grad(plan->model); }
+    if (plan->ntp > 1) { tp_step_begin(&plan->tp); }
 }
 
 static inline float plan_update(Plan* plan, float lr) {
@@ -204,8 +245,17 @@ static inline void plan_print_layout(Plan* plan) {
         return;
     }
     mesh_print(&plan->mesh);
+    if (plan->ntp > 1) { tp_print_memory(&plan->tp); }
     dp_print_memory(&plan->dp);
     dp_print_plan(&plan->dp);
+    if (plan->ntp > 1) { tp_print_plan(&plan->tp); }
+}
+
+// layernorm gradient elements this rank completes over the tp group before an update (SP)
+static inline size_t plan_norm_elems(const Plan* plan) {
+    size_t n = 0;
+    for (const OptSegment& s : plan->dp.segments) { n += plan->model->param_info[s.tensor].norm ? s.n : 0; }
+    return n;
 }
 
 static inline void plan_trace_start(Plan* plan) {
@@ -217,6 +267,10 @@ static inline void plan_trace_start(Plan* plan) {
 static inline void plan_report_step(Plan* plan, int step) {
     if (!plan->use_dp) { return; }
     dp_report_step(&plan->dp, step, plan->args->grad_accum);
+    if (plan->ntp > 1) {
+        const GPT2* m = plan->model;
+        tp_report_step(&plan->tp, plan->args->grad_accum, m->acts[0].B, m->acts[0].T, plan_norm_elems(plan));
+    }
     if (step > 0) { plan->comm_total += plan->dp.comm_seconds; plan->exposed_total += plan->dp.exposed_seconds; }
 }
 
@@ -250,6 +304,7 @@ static inline void plan_write_trace(Plan* plan, const char* path) {
 
 // after gpt2_free: the data-parallel layer's buffers, the communicators, the device, MPI
 static inline void plan_free(Plan* plan) {
+    if (plan->ntp > 1) { tp_free(&plan->tp); }
     if (plan->use_dp) {
         dp_shutdown(&plan->dp);
         mesh_free(&plan->mesh);

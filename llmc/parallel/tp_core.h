@@ -1,0 +1,96 @@
+// What tensor parallelism's files share: the state (TensorParallel), the collectives on the tp
+// group with their byte and time counters, and the table of the two region operators.
+//
+//   tp.h      the column- and row-parallel linears and Megatron's f and g (plain TP)
+//   sp.h      sequence parallelism: f and g become all-gather and reduce-scatter (g, g-bar)
+//   vocab.h   the vocabulary-parallel embedding and cross-entropy
+//
+// Every tensor-parallel layer sits between two region operators: one where the residual stream
+// enters the layer (before a column-parallel linear, the lecture's f; SP's g) and one where the
+// layer's partial sums leave it (after a row-parallel linear, the lecture's g; SP's g-bar). The
+// region table (TPRegion) holds the forward and backward of both. Which table a call uses
+// depends on the tokens the residual stream holds (OpAt.Ts): all of them (Ts == T) -> plain TP,
+// 1/tp of them -> SP. So a sequence-parallel model still runs generation (Ts == T) correctly.
+//
+// The collectives run on the compute thread, in order, as Megatron's do on the compute stream:
+// each one is on the critical path (no overlap), and its time is the "tp comm" time printed per
+// step. Data parallelism's thread may run its own collectives on the dp group at the same time,
+// which needs MPI_THREAD_MULTIPLE (llmc/parallel/plan.h asks for it).
+#pragma once
+
+#include "../gpt2.h"
+#include "../trace.h"
+#include "../comm/native.h"
+#include "../comm/ring.h"
+
+#define TP_FLOATX (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
+
+typedef struct TensorParallel {
+    Comm* comm;           // the tp group: ranks that share every other mesh coordinate
+    int tp, rank;         // its size and this rank's index (= model->place.tp_rank)
+    int sp;               // sequence parallelism (the model's place says so too)
+    int use_ring;         // 1: our ring collectives (bytes counted), 0: the native ones
+    GPT2* model;
+    // scratch, reused by every layer (sizes for the model's max_B x max_T)
+    floatX* gathered;     // SP: (B, T, C) a gathered input or output gradient
+    floatX* full;         // SP: (B, T, C) partial sums before a reduce-scatter, input gradients before one
+    float* stats;         // (3 B T) the vocabulary-parallel loss: row max, then (sum of exp, target logit)
+    size_t scratch_bytes;
+    // measurements of the current step (tp_step_begin resets them)
+    uint64_t step_bytes_start;
+    double seconds;       // time in tp collectives (all on the critical path)
+    int calls;
+} TensorParallel;
+
+// ---------------------------------------------------------------------------------------
+// The collectives of the tp group, counted (ring) or native, timed.
+
+static inline double tp_begin_call(void) { return trace_now(); }
+static inline void tp_end_call(TensorParallel* tp, const char* name, double t0) {
+    tp->seconds += trace_now() - t0;
+    tp->calls++;
+    trace_event(name, 2, t0);   // track 2: tensor-parallel communication (on the compute thread)
+}
+
+static inline void tp_allreduce(TensorParallel* tp, const char* name, void* buf, size_t n, CommType t, CommOp op) {
+    double t0 = tp_begin_call();
+    if (tp->use_ring) { allreduce_ring(tp->comm, buf, buf, n, t, op); }
+    else { allreduce_native(tp->comm, buf, buf, n, t, op); }
+    tp_end_call(tp, name, t0);
+}
+// full (n elements, B x T tokens) -> this rank's block of it, summed over the group
+static inline void tp_reduce_scatter(TensorParallel* tp, const char* name, const floatX* full, floatX* mine, size_t n) {
+    double t0 = tp_begin_call();
+    if (tp->use_ring) { reduce_scatter_ring(tp->comm, full, mine, n, TP_FLOATX, COMM_SUM); }
+    else { reduce_scatter_native(tp->comm, full, mine, n, TP_FLOATX, COMM_SUM); }
+    tp_end_call(tp, name, t0);
+}
+// every rank's block -> full (n elements), in rank order
+static inline void tp_allgather(TensorParallel* tp, const char* name, const floatX* mine, floatX* full, size_t n) {
+    double t0 = tp_begin_call();
+    if (tp->use_ring) { allgather_ring(tp->comm, mine, full, n, TP_FLOATX); }
+    else { allgather_native(tp->comm, mine, full, n, TP_FLOATX); }
+    tp_end_call(tp, name, t0);
+}
+
+// ---------------------------------------------------------------------------------------
+// The region operators. x, dx, y, dy are on the residual stream (B x Ts tokens of C channels);
+// the "full" buffers inside the region hold B x T tokens.
+
+typedef struct {
+    const char* name;        // "TP" or "SP"
+    const char* enter_name;  // the lecture's symbol for the operator before a column-parallel layer
+    const char* exit_name;   // ... and after a row-parallel layer
+    // enter: the layer's input (B x T) from the stream's x; in the backward, the buffer the layer
+    // writes its input gradient to (B x T), then the stream's dx from it
+    const floatX* (*enter_forward)(TensorParallel* tp, const OpAt* at, const floatX* x, int C);
+    floatX* (*enter_grad_buffer)(TensorParallel* tp, floatX* dx);
+    void (*enter_backward)(TensorParallel* tp, const OpAt* at, floatX* dx_full, floatX* dx, int C);
+    // exit: the buffer the layer writes its partial sums to (B x T), then the stream's y from
+    // them; in the backward, the layer's output gradient (B x T) from the stream's dy
+    floatX* (*exit_partial_buffer)(TensorParallel* tp, floatX* y);
+    void (*exit_forward)(TensorParallel* tp, const OpAt* at, floatX* y_full, floatX* y, int C);
+    const floatX* (*exit_backward)(TensorParallel* tp, const OpAt* at, const floatX* dy, int C);
+} TPRegion;
+
+static inline size_t tp_full_count(const OpAt* at, int C) { return (size_t)at->B * at->T * C; }

@@ -1,0 +1,59 @@
+// Vocabulary parallelism (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy):
+// wte (Vp x C) is split by rows, rank t holding tokens [t Vs, (t+1) Vs) with Vs = Vp/tp (the
+// padded vocabulary, so every rank gets an equal share; the padding rows are zero and never a
+// target). The same shard is the tied LM head.
+//
+// Embedding:  rank t looks up the tokens it holds and writes 0 for the others; rank 0 also adds
+//   wpe. Summing over the ranks (the exit operator: all-reduce, or SP's reduce-scatter) gives
+//   wte[token] + wpe[t] exactly: all but one of the terms are 0.
+//     backward: the output gradient, whole again (identity, or SP's all-gather), scatters into
+//     the rows this rank holds; every rank adds all of it into dwpe (so wpe's gradient is
+//     complete everywhere, like the replicated tensor it is).
+// LM head:  a column-parallel linear (tp.h) with Vs output columns: logits (B, T, Vs) per rank.
+// Loss, without ever forming a row of Vp logits on one rank (seed 002; per token i, target y):
+//     m_i = max_t (max over rank t's real columns)                 all-reduce MAX of B T floats
+//     s_i = sum_t sum_v exp(x_v - m_i),  x_y = sum_t (x_y if t holds y, else 0)
+//                                                                  all-reduce SUM of 2 B T floats
+//     loss_i = m_i + log s_i - x_y;  dlogit_v = dloss w_i (exp(x_v - m_i)/s_i - [v = y])   local
+// Every rank ends with every token's loss; the logit gradients stay split like the logits.
+// Cost per micro-step: 3 B T floats all-reduced, against B T Vp / tp logits per rank that a
+// gathered softmax would have to move.
+#pragma once
+
+#include "tp_core.h"
+
+static inline const TPRegion* tp_region(const OpAt* at);   // tp.h: TP's or SP's operators
+
+static inline int vocab_shard_rows(const TensorParallel* tp) { return tp->model->config.padded_vocab_size / tp->tp; }
+
+static inline void vocab_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const floatX* wte,
+                                           const floatX* wpe, int C) {
+    TensorParallel* tp = (TensorParallel*)ctx;
+    const TPRegion* R = tp_region(at);
+    int Vs = vocab_shard_rows(tp);
+    floatX* partial = R->exit_partial_buffer(tp, out);   // B x T tokens
+    encoder_forward_vocab(partial, tokens, wte, tp->rank == 0 ? wpe : NULL, tp->rank * Vs, Vs, at->B, at->T, C);
+    R->exit_forward(tp, at, partial, out, C);
+}
+
+static inline void vocab_embedding_backward(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout,
+                                            const int* tokens, int C) {
+    TensorParallel* tp = (TensorParallel*)ctx;
+    const TPRegion* R = tp_region(at);
+    int Vs = vocab_shard_rows(tp);
+    const floatX* dy = R->exit_backward(tp, at, dout, C);   // B x T tokens
+    encoder_backward_vocab(dwte, dwpe, dy, tokens, tp->rank * Vs, Vs, at->B, at->T, C);
+}
+
+static inline void vocab_classifier(void* ctx, const OpAt* at, floatX* logits, float* losses, const float* weights,
+                                    const int* targets, float dloss, int V, int Vp, int write_dlogits) {
+    TensorParallel* tp = (TensorParallel*)ctx;
+    int N = at->B * at->T, Vs = Vp / tp->tp, v0 = tp->rank * Vs;
+    float* maxes = tp->stats;
+    float* sums = tp->stats + N;
+    vocab_row_max(maxes, logits, N, Vs, v0, V);
+    tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);
+    vocab_row_sum_target(sums, logits, maxes, targets, N, Vs, v0, V);
+    tp_allreduce(tp, "vocab loss: all-reduce sums", sums, 2 * (size_t)N, COMM_FP32, COMM_SUM);
+    vocab_loss_grad(logits, losses, weights, targets, maxes, sums, dloss, N, Vs, v0, V, write_dlogits);
+}
