@@ -42,7 +42,9 @@ suite sft-data      fast 1 bash test/test_sft.sh
 suite collectives   fast 1 bash test/test_collectives.sh
 suite comm-single   fast 1 ./test_comm_singlecpu
 suite collbench     fast 1 bash test/test_collbench.sh
+suite launch        fast 2 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
+suite tensor-parallel full 1 bash test/test_tp.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
@@ -54,6 +56,7 @@ if [ -n "$EMU_INC" ]; then
     suite emu-reference   full 2 "bash test/test_reference.sh build/emu/test_gpt2cu && bash test/test_reference.sh build/emu/test_gpt2cu_fp32"
     suite emu-trainer     full 1 bash test/test_emu_trainer.sh
     suite emu-dp          full 1 bash test/test_emu_dp.sh
+    suite emu-tp          full 1 bash test/test_emu_tp.sh
     suite emu-collectives full 1 bash test/test_emu_collectives.sh
     suite emu-lab         full 2 bash dev/emu/run_lab.sh build/emu/dev/cuda encoder_forward encoder_backward layernorm_forward \
         layernorm_backward matmul_forward matmul_backward attention_forward attention_backward gelu_forward gelu_backward \

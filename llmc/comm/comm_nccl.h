@@ -141,7 +141,8 @@ static inline void comm_enable_device(Comm* c, int force_staged, int nonblocking
     int want = force_staged || (env != NULL && strcmp(env, "1") == 0);
     int any_want = 0;
     MPI_Allreduce(&want, &any_want, 1, MPI_INT, MPI_MAX, c->mpi);   // the wire must be the same on every rank
-    c->staged = any_want || comm_shares_gpu(c, c->cuda_device);
+    // (a communicator of one rank never sends: no NCCL communicator to set up for it)
+    c->staged = any_want || c->size == 1 || comm_shares_gpu(c, c->cuda_device);
     c->nonblocking = nonblocking;
     comm_cuda_check(c, "cudaStreamCreateWithFlags",
                     cudaStreamCreateWithFlags(&c->stream, nonblocking ? cudaStreamNonBlocking : cudaStreamDefault));

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Tensor, sequence and vocabulary parallelism (llmc/parallel/tp.h, sp.h, vocab.h) against the
+# single-rank run, on CPU ranks in fp32:
+#   - equivalence: 20 steps whose losses, gradient norms and final parameters (the checkpoint
+#     the tp run writes, compared tensor by tensor) match one rank within 1e-5 relative
+#     (test/compare_runs.py): tp 2 and 4, with and without --sp; dp 2 x tp 2 with ZeRO-1, ZeRO-2
+#     (+ SP, 2 micro-steps), ZeRO-3, naive and the parameter server; tp 2 with 2 micro-steps;
+#     SFT with tp 2; a tp run that starts from a checkpoint (loading slices it);
+#   - in every such run: the tp memory lines (parameters and activations per rank) and the
+#     data-parallel memory table equal their formulas on every rank, and every step's counted
+#     tp bytes equal the formula (tp.h);
+#   - the checkpoint a tp run writes reloads on one rank (same validation loss as the
+#     single-rank checkpoint);
+#   - SP divides the activations: tp 2 + SP holds fewer bytes per rank than tp 2;
+#   - bad input: heads, ranks, --sp without --tp, a sequence that does not split: a clear
+#     message on every rank, non-zero exit, no hang;
+#   - the tests can fail: trainers built from perturbed copies of llmc/ (the f operator's
+#     backward all-reduce dropped; the loss's max taken per rank instead of over tp) must fail
+#     the equivalence check (TP_PERTURB=0 skips this part, about a minute).
+set -u
+cd "$(dirname "$0")/.."
+T=build/tp-test
+rm -rf "$T"
+mkdir -p "$T"
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; }
+
+if ! command -v mpirun >/dev/null || ! strings ./train_gpt2cpu | grep -q MPI_Init_thread; then
+    echo "FAIL tensor parallelism needs mpirun and the MPI build (apt-get install libopenmpi-dev openmpi-bin; make)"
+    exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+
+python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 4000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
+D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+SFT="--task sft --sft-train $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin"
+# 3 layers, 4 heads of 16 channels: tp 2 and 4 divide heads, channels and the padded vocab (320)
+SHAPE="--layers 3 --heads 4 --channels 64"
+RUN="--batch 8 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
+MODEL="$SHAPE $RUN"
+QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+
+# single-rank references: NAME FLAGS...
+ref() {
+    local name=$1; shift
+    # shellcheck disable=SC2086
+    ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
+        { echo "FAIL single-rank reference $name: $(tail -2 "$T/$name.out")"; exit 1; }
+}
+ref ref1
+ref ref2 --grad-accum 2
+ref sft $SFT
+ref start --steps 5
+MODEL=$RUN ref resumed --load "$T/start.bin" --lr 5e-4
+
+# check NP REF LABEL FLAGS...: the run against the reference, its memory lines and per-step bytes
+check() {
+    local np=$1 refname=$2 label=$3; shift 3
+    local out="$T/run.out"
+    rm -f "$T/run.log" "$T/run.bin"
+    # shellcheck disable=SC2086
+    if ! $MPIRUN -np "$np" ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/run.log" --save "$T/run.bin" >"$out" 2>&1; then
+        fail "$label: the run failed" "$(grep -v '^\s*$' "$out" | tail -3)"
+        return 1
+    fi
+    python3 test/compare_runs.py "$T/$refname.log" "$T/$refname.bin" "$T/run.log" "$T/run.bin" --label "$label matches 1 rank"
+    local bad=""
+    grep -q "^tp memory check ok" "$out" || bad="tp memory lines"
+    grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
+    local steps
+    steps=$(grep -c "tp comm | sent .* equal)" "$out")
+    [ "$steps" -eq 20 ] || bad="$bad tp bytes = formula in $steps of 20 steps"
+    if [ -n "$bad" ]; then
+        fail "$label: $bad" "$(grep -E 'memory check|tp memory|tp comm \|' "$out" | head -4)"
+    else
+        pass "$label: memory per rank = formula (tp lines and the table), tp bytes = formula on all 20 steps ($(grep -m1 'tp comm | sent' "$out" | grep -o 'sent *[0-9.]* MiB' | tr -s ' ') per step)"
+    fi
+}
+
+check 2 ref1 "tp 2" --tp 2
+cp "$T/run.bin" "$T/tp2.bin"
+grep "activations per rank" "$T/run.out" >"$T/acts_tp2"
+check 4 ref1 "tp 4" --tp 4
+check 2 ref1 "tp 2 + SP" --tp 2 --sp
+grep "activations per rank" "$T/run.out" >"$T/acts_sp2"
+check 4 ref1 "tp 4 + SP" --tp 4 --sp
+check 4 ref1 "dp 2 x tp 2, ZeRO-1" --tp 2 --zero 1 --bucket-mb 0.1
+check 4 ref1 "dp 2 x tp 2, ZeRO-3" --tp 2 --zero 3
+check 4 ref1 "dp 2 x tp 2, naive" --tp 2 --dp-mode naive
+check 4 ref1 "dp 2 x tp 2, parameter server" --tp 2 --dp-mode ps --ps-servers 1
+check 2 ref2 "tp 2, 2 micro-steps" --tp 2 --grad-accum 2
+check 4 ref2 "dp 2 x tp 2 + SP, ZeRO-2, 2 micro-steps" --tp 2 --sp --zero 2 --grad-accum 2
+check 2 sft "SFT, tp 2" --tp 2 $SFT
+MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --load "$T/start.bin" --lr 5e-4
+
+# --- the tp checkpoint on one rank: the same validation loss as the single-rank checkpoint
+val() { ./train_gpt2cpu $D $QUIET --load "$1" --steps 1 --lr 0 --batch 8 --seq 32 2>&1 | grep -m1 "val loss"; }
+a=$(val "$T/ref1.bin"); b=$(val "$T/tp2.bin")
+if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    pass "the tp 2 checkpoint reloads on one rank: '$b', as the single-rank checkpoint"
+else
+    fail "tp 2 checkpoint reloaded on one rank" "single-rank: '$a'" "tp 2: '$b'"
+fi
+
+# --- sequence parallelism divides the activations
+acts() { sed -n 's/.*activations per rank *\([0-9.]*\) MiB.*/\1/p' "$1"; }
+if python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not b < a)" "$(acts "$T/acts_tp2")" "$(acts "$T/acts_sp2")" 2>/dev/null; then
+    pass "SP holds fewer activation bytes per rank: tp 2 $(acts "$T/acts_tp2") MiB, tp 2 + SP $(acts "$T/acts_sp2") MiB"
+else
+    fail "SP activations" "$(cat "$T/acts_tp2" "$T/acts_sp2")"
+fi
+
+# --- bad input: every rank reports, all exit non-zero, no hang
+expect_all() {   # NAME PATTERN NP FLAGS...
+    local name=$1 pattern=$2 np=$3; shift 3
+    $MPIRUN -np "$np" "$@" >"$T/bad.out" 2>&1
+    local rc=$? n
+    n=$(grep -c -- "$pattern" "$T/bad.out")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ]; then
+        pass "$name: exit $rc, '$(grep -m1 -- "$pattern" "$T/bad.out" | sed 's/^error: //')'"
+    else
+        fail "$name" "exit $rc, $n messages" "$(tail -3 "$T/bad.out")"
+    fi
+}
+TRAIN="./train_gpt2cpu $D $MODEL $QUIET"
+expect_all "tp that does not divide the heads" "does not divide the 4 attention heads" 3 $TRAIN --tp 3
+expect_all "tp that does not divide the ranks" "does not divide the 3 ranks" 3 $TRAIN --tp 2
+expect_all "--sp without --tp" "needs --tp 2 or more" 2 $TRAIN --sp
+expect_all "--sp with a sequence that does not split" "is not divisible by --tp" 2 $TRAIN --tp 2 --sp --seq 31
+expect_all "a mesh that does not match the ranks" "but mpirun started" 2 $TRAIN --tp 2 --dp 2
+expect_all "tp that does not divide the padded vocabulary" "does not divide the padded vocabulary 320" 3 \
+    ./train_gpt2cpu $D $QUIET --layers 2 --heads 3 --channels 48 --tp 3
+
+# --- the tests can fail: perturbed copies of llmc/ must break the equivalence
+if [ "${TP_PERTURB:-1}" = "1" ]; then
+    perturb() {   # LABEL FILE OLD NEW
+        local label=$1 file=$2 old=$3 new=$4 dir="$T/perturbed"
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        cp -r llmc train_gpt2.cu "$dir/"
+        python3 - "$dir/$file" "$old" "$new" <<'EOF' || { fail "perturbation '$label': text not found in $file"; return; }
+import sys
+path, old, new = sys.argv[1:4]
+s = open(path).read()
+if old not in s: sys.exit(1)
+open(path, "w").write(s.replace(old, new))
+EOF
+        # shellcheck disable=SC2046
+        mpicxx -std=c++17 -O2 -fopenmp -x c++ -DLLMC_CPU -DUSE_MPI -DOMPI_SKIP_MPICXX "$dir/train_gpt2.cu" -o "$dir/train" -lm ||
+            { fail "perturbation '$label': build failed"; return; }
+        rm -f "$T/p.log" "$T/p.bin"
+        # shellcheck disable=SC2086
+        $MPIRUN -np 2 "$dir/train" $D $MODEL $QUIET --tp 2 --log "$T/p.log" --save "$T/p.bin" >"$T/p.out" 2>&1
+        if python3 test/compare_runs.py "$T/ref1.log" "$T/ref1.bin" "$T/p.log" "$T/p.bin" --label x >"$T/p.cmp" 2>&1; then
+            fail "perturbation '$label' went unnoticed" "$(cat "$T/p.cmp")"
+        else
+            pass "perturbation '$label' fails the equivalence: $(sed 's/^FAIL x[: ]*//' "$T/p.cmp" | head -1 | cut -c1-110)"
+        fi
+    }
+    perturb "f backward: all-reduce dropped" llmc/parallel/tp.h \
+        'tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), TP_FLOATX, COMM_SUM);' '(void)dx_full;'
+    perturb "loss: local max instead of the max over tp" llmc/parallel/vocab.h \
+        'tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);' '(void)maxes;'
+fi
+exit 0
