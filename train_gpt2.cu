@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
         if (do_eval || do_sample || do_save) {
             plan_full_model_begin(&plan);   // ZeRO-3 gathers the parameters
             if (do_eval) { task_evaluate(&task, step, last); }   // each rank its share; sums combined
-            if (do_sample && plan.rank == 0) { task_print_sample(&task, &sample_rng); }
+            if (do_sample && plan_samples(&plan)) { task_print_sample(&task, &sample_rng); }   // rank 0 prints
             if (do_save) {
                 plan_save_checkpoint(&plan, args.save);
                 printf("saved %s (step %d)\n", args.save, step);
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
         double peak = backend_peak_flops();
         print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * task.micro[0].T,
-                        peak > 0 ? 100.0 * flops_per_step / dt / (peak * plan.ndp) : -1.0);
+                        peak > 0 ? 100.0 * flops_per_step / dt / (peak * plan.world_size) : -1.0);
         if (logf) { fprintf(logf, "%d %.9g %.9g %.9g\n", step + 1, loss, norm, lr); }
         task.report(&task, step, loss);
         plan_report_step(&plan, step);

@@ -21,6 +21,11 @@
 // Memory: the cache holds 2 * L * rows * maxT * C values (k and v of every layer); the scratch
 // activations are for max_tokens tokens only (no per-layer copies: nothing is saved for a
 // backward), plus max_tokens rows of logits.
+// Tensor parallelism: generation runs the model's ops, so with tp ranks every rank of the group
+// runs it together (the same tokens, the same random draws): each caches the k, v of its NH/tp
+// heads (C/tp channels), computes its Vp/tp columns of the logits, and a row for sampling is
+// gathered by the classifier's row_to_host (llmc/parallel/vocab.h). The whole residual stream
+// is on every rank (no sequence split here: the ops see Ts = T and use TP's f and g).
 #pragma once
 
 #include <vector>
@@ -30,8 +35,8 @@
 
 typedef struct {
     int rows, maxT, max_tokens;   // cache rows, positions per row (<= model max_seq_len), tokens per call
-    floatX* k;                    // L x (rows, maxT, C): keys of every cached token
-    floatX* v;                    // L x (rows, maxT, C): values
+    floatX* k;                    // L x (rows, maxT, Ca): keys of every cached token (Ca = C/tp: this rank's heads)
+    floatX* v;                    // L x (rows, maxT, Ca): values
     // device scratch for up to max_tokens tokens
     floatX* x;                    // (max_tokens, C) the residual stream
     floatX* ln;                   // (max_tokens, C) layernorm output
@@ -62,7 +67,7 @@ static inline void kvcache_init(KVCache* kv, const GPT2* model, int rows, int ma
     kv->maxT = maxT;
     kv->max_tokens = max_tokens;
     size_t L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, M = max_tokens;
-    size_t cache = (size_t)rows * maxT * C;
+    size_t cache = (size_t)rows * maxT * gpt2_local_attn(model);
     struct { void** ptr; size_t count; size_t elsize; } tensors[] = {
         {(void**)&kv->k, L * cache, sizeof(floatX)},
         {(void**)&kv->v, L * cache, sizeof(floatX)},
@@ -103,7 +108,7 @@ static inline void op_attention_cached(void* ctx, const OpAt* at, floatX* out, f
                                        int NH) {
     (void)state;
     KVCache* kv = (KVCache*)ctx;
-    size_t layer_cache = (size_t)kv->rows * kv->maxT * at->model->config.channels;   // one layer's k (or v) cache
+    size_t layer_cache = (size_t)kv->rows * kv->maxT * gpt2_local_attn(at->model);   // one layer's k (or v) cache
     attention_forward_cached(out, qkv, kv->k + at->layer * layer_cache, kv->v + at->layer * layer_cache, kv->rows_d,
                              kv->positions_d, at->T, kv->maxT, C, NH);
 }
@@ -118,10 +123,12 @@ static inline void op_attention_cached(void* ctx, const OpAt* at, floatX* out, f
 static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* tokens, const int* rows, const int* positions,
                                        int N) {
     const GPT2Config* cfg = &model->config;
-    int L = cfg->num_layers, C = cfg->channels, Vp = cfg->padded_vocab_size;
+    int L = cfg->num_layers, C = cfg->channels;
     if (N <= 0 || N > kv->max_tokens) { die("gpt2_forward_cached: %d tokens, the cache takes 1 to %d per call", N, kv->max_tokens); }
     if (model->params_memory == NULL) { die("gpt2_forward_cached needs the full parameters (ZeRO-3: materialise them first)"); }
-    if (!gpt2_place_is_whole(&model->place, cfg)) { die("gpt2_forward_cached runs the whole model: this rank holds a shard"); }
+    if (model->place.layer_begin != 0 || model->place.layer_end != L || !model->place.has_embedding || !model->place.has_head) {
+        die("gpt2_forward_cached runs every layer: this rank holds a pipeline stage");
+    }
     for (int j = 0; j < N; j++) {   // host-side checks: the kernels index with these unchecked
         if (tokens[j] < 0 || tokens[j] >= cfg->vocab_size) { die("gpt2_forward_cached: token %d out of range [0, %d)", tokens[j], cfg->vocab_size); }
         if (rows[j] < 0 || rows[j] >= kv->rows) { die("gpt2_forward_cached: row %d out of range [0, %d)", rows[j], kv->rows); }
@@ -133,9 +140,10 @@ static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* toke
     copy_host_to_device(kv->rows_d, rows, (size_t)N * sizeof(int));
     copy_host_to_device(kv->positions_d, positions, (size_t)N * sizeof(int));
     ParameterTensors p = model->params;
-    // the N tokens are the N rows of a B = 1, T = N batch for every kernel but attention
-    encoder_forward_positions(kv->x, kv->tokens_d, kv->positions_d, p.wte, p.wpe, N, C);
     GPT2Ops ops = model->ops;
+    // the N tokens are the N rows of a B = 1, T = N batch for every kernel but attention
+    OpAt outside = {model, -1, -1, 1, N, N};
+    ops.embedding.forward(ops.embedding.ctx, &outside, kv->x, kv->tokens_d, kv->positions_d, p.wte, p.wpe, C);
     ops.attention.forward = op_attention_cached;
     ops.attention.backward = NULL;
     ops.attention.ctx = kv;
@@ -156,14 +164,15 @@ static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* toke
         gpt2_block_compute(model, &ops, &at, &w, &b);
     }
     layernorm_forward(kv->ln, kv->ln_mean, kv->ln_rstd, kv->x, p.lnfw, p.lnfb, 1, N, C);
-    matmul_forward(kv->logits, kv->ln, p.wte, NULL, 1, N, C, Vp);   // tied LM head
+    ops.linear.forward(ops.linear.ctx, &outside, LINEAR_LM_HEAD, kv->logits, kv->ln, p.wte, NULL, C,
+                       gpt2_local_vocab(model));   // tied LM head: (N, Vp/tp)
 }
 
 // The logits of token j of the last gpt2_forward_cached call, to a host array of Vp floats.
-static inline void kvcache_logits_to_host(const GPT2* model, KVCache* kv, int j, float* out) {
-    size_t Vp = model->config.padded_vocab_size;
-    convert_floatX_to_float(kv->logits_f, kv->logits + (size_t)j * Vp, Vp);   // no allocation per call
-    copy_device_to_host(out, kv->logits_f, Vp * sizeof(float));
+static inline void kvcache_logits_to_host(GPT2* model, KVCache* kv, int j, float* out) {
+    OpAt at = {model, -1, -1, 1, 1, 1};
+    model->ops.classifier.row_to_host(model->ops.classifier.ctx, &at, kv->logits, j, model->config.padded_vocab_size,
+                                      kv->logits_f, out);
 }
 
 typedef struct {

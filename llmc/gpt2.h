@@ -154,6 +154,7 @@ static inline GPT2Ops gpt2_default_ops(void) {
     o.mlp.forward = op_mlp_forward;
     o.mlp.backward = op_mlp_backward;
     o.classifier.loss = op_classifier;
+    o.classifier.row_to_host = op_logits_row_to_host;
     return o;
 }
 
@@ -357,7 +358,7 @@ static inline OpAt gpt2_at(GPT2* model, int slot, int layer) {
 static inline void gpt2_embed_forward(GPT2* model, int slot) {
     ActivationTensors* a = &model->acts[slot];
     OpAt at = gpt2_at(model, slot, -1);
-    model->ops.embedding.forward(model->ops.embedding.ctx, &at, a->encoded, a->inputs, model->root.wte, model->root.wpe,
+    model->ops.embedding.forward(model->ops.embedding.ctx, &at, a->encoded, a->inputs, NULL, model->root.wte, model->root.wpe,
                                  model->config.channels);
 }
 

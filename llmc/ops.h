@@ -55,10 +55,10 @@ typedef struct {
 
 // Each sublayer: a forward, a backward, and the ctx its owner passes to both.
 typedef struct {
-    struct {   // out (B,T,C) = wte[tokens] + wpe[0..T); backward: dwte, dwpe += the gradient of out
-        void* ctx;
-        void (*forward)(void* ctx, const OpAt* at, floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
-                        int C);
+    struct {   // out (B,T,C) = wte[tokens] + wpe[positions] (NULL: 0..T-1 in every sequence; generation
+        void* ctx;   // gives each token's); backward: dwte, dwpe += the gradient of out
+        void (*forward)(void* ctx, const OpAt* at, floatX* out, const int* tokens, const int* positions,
+                        const floatX* wte, const floatX* wpe, int C);
         void (*backward)(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
                          int C);
     } embedding;
@@ -85,16 +85,19 @@ typedef struct {
         void* ctx;   // weights, into losses (B,T); write_dlogits: logits become dloss * dCE/dlogits
         void (*loss)(void* ctx, const OpAt* at, floatX* logits, float* losses, const float* weights, const int* targets,
                      float dloss, int V, int Vp, int write_dlogits);
+        // row `row` of the logits (this rank's columns of it) as the whole row of Vp floats in host
+        // memory, for sampling; scratch is device memory for Vp floats
+        void (*row_to_host)(void* ctx, const OpAt* at, const floatX* logits, int row, int Vp, float* scratch, float* out);
     } classifier;
 } GPT2Ops;
 
 // ---------------------------------------------------------------------------------------
 // The default entries: the backend's kernels (llmc/cpu/ or llmc/cuda/), one layer whole.
 
-static inline void op_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const floatX* wte,
-                                        const floatX* wpe, int C) {
+static inline void op_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const int* positions,
+                                        const floatX* wte, const floatX* wpe, int C) {
     (void)ctx;
-    encoder_forward(out, tokens, wte, wpe, at->B, at->T, C);
+    encoder_forward_vocab(out, tokens, positions, wte, wpe, 0, INT_MAX, at->B, at->T, C);
 }
 static inline void op_embedding_backward(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout,
                                          const int* tokens, int C) {
@@ -125,5 +128,11 @@ static inline void op_classifier(void* ctx, const OpAt* at, floatX* logits, floa
                                  const int* targets, float dloss, int V, int Vp, int write_dlogits) {
     (void)ctx;
     fused_classifier(logits, losses, weights, targets, dloss, at->B, at->T, V, Vp, write_dlogits);
+}
+static inline void op_logits_row_to_host(void* ctx, const OpAt* at, const floatX* logits, int row, int Vp, float* scratch,
+                                         float* out) {
+    (void)ctx; (void)at;
+    convert_floatX_to_float(scratch, logits + (size_t)row * Vp, Vp);   // no allocation per call
+    copy_device_to_host(out, scratch, (size_t)Vp * sizeof(float));
 }
 // op_mlp_forward / op_mlp_backward call the model's linear entries: llmc/gpt2.h defines them

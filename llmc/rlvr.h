@@ -169,10 +169,14 @@ typedef struct {
     std::vector<float> logp, logp_ref;  // rows x T: log p(target) of the policy and of the reference
 } RolloutBatch;
 
+// T is the longest row, rounded up to a multiple of t_multiple (sequence parallelism splits
+// every sequence over tp ranks): the padding positions hold eot with mask 0, and causal
+// attention keeps them from changing any earlier position.
 static inline void rollout_batch_build(RolloutBatch* rb, const std::vector<std::vector<int>>& prompts,
-                                       const std::vector<std::vector<int>>& completions, int eot) {
+                                       const std::vector<std::vector<int>>& completions, int eot, int t_multiple) {
     int rows = (int)prompts.size(), T = 1;
     for (int i = 0; i < rows; i++) { T = std::max(T, (int)(prompts[i].size() + completions[i].size()) - 1); }
+    T = (T + t_multiple - 1) / t_multiple * t_multiple;
     rb->rows = rows;
     rb->T = T;
     rb->inputs.assign((size_t)rows * T, eot);
@@ -243,6 +247,7 @@ typedef struct {
     float beta;                        // KL coefficient, 0 = no reference model
     GenerateConfig gen;
     int group;                         // G samples per prompt
+    int t_multiple;                    // rollout batches' T is a multiple of this (tp with SP, else 1)
     uint64_t seed;
     std::vector<SFTExample> examples;  // prompts and their verifier answers
     KVCache kv;
@@ -309,7 +314,7 @@ static inline void rl_rollout(RLState* rl, GPT2* model, int step, int rows_globa
     rl_advantages(&rl->advantage, rl->rewards_all.data(), P, G, adv.data());
 
     // the training rows, log-probabilities for the KL term, and the loss weights
-    rollout_batch_build(&rl->rb, rl->prompts, rl->completions, eot);
+    rollout_batch_build(&rl->rb, rl->prompts, rl->completions, eot, rl->t_multiple);
     if (rl->beta > 0.0f) {
         rl_logp(model, &rl->rb, &rl->rb.logp);
         rl_logp(rl->ref, &rl->rb, &rl->rb.logp_ref);

@@ -319,7 +319,7 @@ static void test_encoder(int B, int T, int C, int V) {
     encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
     check_close("encoder_forward " + s, getx(d_out, (size_t)BT * C), ref, dvec(ref.size(), 0.0), true, "RN(ref)");
     put_x(d_out, nan_fill((size_t)BT * C));
-    encoder_forward_kernel<<<2, 64>>>(d_out, d_inp, d_wte, d_wpe, 0, INT_MAX, B, T, C);
+    encoder_forward_kernel<<<2, 64>>>(d_out, d_inp, NULL, d_wte, d_wpe, 0, INT_MAX, B, T, C);
     cudaCheckLaunch();
     check_close("encoder_forward_kernel grid 2x64 (grid-stride) " + s, getx(d_out, (size_t)BT * C), ref,
                 dvec(ref.size(), 0.0), true, "RN(ref)");

@@ -439,7 +439,7 @@ static void check_rl_case(const char* dir, const char* case_name, const char* re
     int rows = (int)c.prompts.size(), P = rows / c.G;
     size_t NP = model.num_parameters;
     RolloutBatch rb;
-    rollout_batch_build(&rb, c.prompts, c.completions, 256);
+    rollout_batch_build(&rb, c.prompts, c.completions, 256, 1);
     gpt2_allocate_activations(&model, rows, rb.T);
     gpt2_allocate_activations(&ref, rows, rb.T);
     Advantage a = {c.mode, 0.0f, 0};

@@ -5,7 +5,9 @@
 #     the tp run writes, compared tensor by tensor) match one rank within 1e-5 relative
 #     (test/compare_runs.py): tp 2 and 4, with and without --sp; dp 2 x tp 2 with ZeRO-1, ZeRO-2
 #     (+ SP, 2 micro-steps), ZeRO-3, naive and the parameter server; tp 2 with 2 micro-steps;
-#     SFT with tp 2; a tp run that starts from a checkpoint (loading slices it);
+#     SFT with tp 2; a tp run that starts from a checkpoint (loading slices it); RLVR with the
+#     KL term under tp 2 + SP and dp 2 x tp 2 + SP + ZeRO-3;
+#   - generation (samples, greedy accuracy) under tp 2 + SP equals one rank's;
 #   - in every such run: the tp memory lines (parameters and activations per rank) and the
 #     data-parallel memory table equal their formulas on every rank, and every step's counted
 #     tp bytes equal the formula (tp.h);
@@ -93,6 +95,44 @@ check 2 ref2 "tp 2, 2 micro-steps" --tp 2 --grad-accum 2
 check 4 ref2 "dp 2 x tp 2 + SP, ZeRO-2, 2 micro-steps" --tp 2 --sp --zero 2 --grad-accum 2
 check 2 sft "SFT, tp 2" --tp 2 $SFT
 MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --load "$T/start.bin" --lr 5e-4
+
+# --- generation under tp (llmc/generate.h: every rank of the group runs it, rows of logits gathered):
+# samples and greedy exact-match accuracy of a tp 2 + SP run equal one rank's
+gen="$SHAPE --batch 8 --seq 32 --steps 20 --lr 1e-3 --eval-every 10 --sample-every 10 --sample-len 24 --accuracy 30 --threads 1"
+# shellcheck disable=SC2086
+./train_gpt2cpu $D $gen >"$T/gen1.out" 2>&1
+# shellcheck disable=SC2086
+$MPIRUN -np 2 ./train_gpt2cpu $D $gen --tp 2 --sp >"$T/gen2.out" 2>&1
+pick() { grep -E "^sample:|accuracy" "$1" | sed 's/ | [0-9.]* ms.*//'; }
+if [ "$(pick "$T/gen1.out" | wc -l)" -ge 4 ] && [ "$(pick "$T/gen1.out")" = "$(pick "$T/gen2.out")" ]; then
+    pass "generation under tp 2 + SP: $(grep -c '^sample:' "$T/gen2.out") samples and $(grep -c accuracy "$T/gen2.out") greedy accuracy evaluations identical to one rank"
+else
+    fail "generation under tp 2 + SP differs from one rank" "$(diff <(pick "$T/gen1.out") <(pick "$T/gen2.out") | head -4)"
+fi
+
+# --- RLVR under tp: a briefly pre-trained and SFT-ed model (so completions get rewards), then
+# policy-gradient steps with the KL term (the frozen reference is sharded and computed like the
+# policy): top1 (A = r, which is not 0 here, where GRPO's group-normalised A still is)
+Q2="--threads 2 --eval-every 0 --accuracy 0 --sample-every 0"
+# shellcheck disable=SC2086
+./train_gpt2cpu $D $Q2 $SHAPE --steps 300 --batch 16 --seq 64 --lr 3e-3 --save "$T/pre.bin" >/dev/null 2>&1 &&
+    ./train_gpt2cpu $D $Q2 $SFT --load "$T/pre.bin" --steps 150 --lr 2e-3 --batch 16 --seq 32 --save "$T/sft.bin" >/dev/null 2>&1 ||
+    fail "RLVR: the pre-training and SFT runs that make its starting point"
+RL="--task rlvr --prompts $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin --load $T/sft.bin --steps 5 --lr 1e-4 --batch 8 \
+    --group 1 --rl-mode top1 --reward exact+format --kl 0.1 --threads 1 --eval-every 0 --accuracy 0 --sample-every 0 --seq 32"
+# shellcheck disable=SC2086
+./train_gpt2cpu $D $RL --log "$T/rl1.log" --save "$T/rl1.bin" >"$T/rl1.out" 2>&1 || fail "RLVR: the single-rank run"
+for entry in "2|tp 2 + SP|--tp 2 --sp" "4|dp 2 x tp 2 + SP, ZeRO-3|--tp 2 --sp --zero 3"; do
+    IFS='|' read -r np name flags <<<"$entry"
+    rm -f "$T/rl.log" "$T/rl.bin"
+    # shellcheck disable=SC2086
+    if $MPIRUN -np "$np" ./train_gpt2cpu $D $RL $flags --log "$T/rl.log" --save "$T/rl.bin" >"$T/rl.out" 2>&1; then
+        python3 test/compare_runs.py "$T/rl1.log" "$T/rl1.bin" "$T/rl.log" "$T/rl.bin" --loss-floor 1 \
+            --label "RLVR (top1, KL 0.1), $name matches 1 rank"
+    else
+        fail "RLVR, $name: the run failed" "$(grep -m2 error "$T/rl.out")"
+    fi
+done
 
 # --- the tp checkpoint on one rank: the same validation loss as the single-rank checkpoint
 val() { ./train_gpt2cpu $D $QUIET --load "$1" --steps 1 --lr 0 --batch 8 --seq 32 2>&1 | grep -m1 "val loss"; }

@@ -11,18 +11,20 @@
 // The vocabulary-parallel lookup (llmc/parallel/vocab.h): this rank holds rows [v0, v0 + Vs) of
 // wte, as wte_shard. Tokens outside the range contribute 0 (another rank holds their row), and
 // wpe may be NULL (only one rank of the group adds it, so the sum over ranks adds it once):
-//   forward:  out[b,t,:]  = (v0 <= tok < v0 + Vs ? wte_shard[tok - v0,:] : 0) + wpe[t,:]
+//   forward:  out[b,t,:]  = (v0 <= tok < v0 + Vs ? wte_shard[tok - v0,:] : 0) + wpe[pos,:]
 //   backward: dwte_shard[tok - v0,:] += dout[b,t,:] for the tokens in range; dwpe as above
-// With v0 = 0 and every token in range these are the plain embedding's two passes.
-static inline void encoder_forward_vocab(float* out, const int* inp, const float* wte, const float* wpe, int v0, int Vs,
-                                         int B, int T, int C) {
+// pos is t, or positions[b T + t] when positions is given (generation: tokens of several
+// sequences at arbitrary positions, as B = 1, T = N). With v0 = 0 and every token in range
+// these are the plain embedding's passes.
+static inline void encoder_forward_vocab(float* out, const int* inp, const int* positions, const float* wte,
+                                         const float* wpe, int v0, int Vs, int B, int T, int C) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             float* out_bt = out + ((size_t)b * T + t) * C;
-            int row = inp[b * T + t] - v0;
+            int row = inp[b * T + t] - v0, pos = positions ? positions[b * T + t] : t;
             const float* wte_ix = row >= 0 && row < Vs ? wte + (size_t)row * C : NULL;
-            const float* wpe_t = wpe ? wpe + (size_t)t * C : NULL;
+            const float* wpe_t = wpe ? wpe + (size_t)pos * C : NULL;
             for (int c = 0; c < C; c++) { out_bt[c] = (wte_ix ? wte_ix[c] : 0.0f) + (wpe_t ? wpe_t[c] : 0.0f); }
         }
     }
@@ -53,7 +55,7 @@ static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float*
 }
 
 static inline void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
-    encoder_forward_vocab(out, inp, wte, wpe, 0, INT_MAX, B, T, C);
+    encoder_forward_vocab(out, inp, NULL, wte, wpe, 0, INT_MAX, B, T, C);
 }
 static inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
     encoder_backward_vocab(dwte, dwpe, dout, inp, 0, INT_MAX, B, T, C);
@@ -61,14 +63,7 @@ static inline void encoder_backward(float* dwte, float* dwpe, const float* dout,
 
 // Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/generate.h):
 //   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]     j = 0..N-1
-// Token j may belong to any sequence; its position is given, not implied by its index.
 static inline void encoder_forward_positions(float* out, const int* inp, const int* positions, const float* wte,
                                              const float* wpe, int N, int C) {
-    #pragma omp parallel for
-    for (int j = 0; j < N; j++) {
-        float* out_j = out + (size_t)j * C;
-        const float* wte_ix = wte + (size_t)inp[j] * C;
-        const float* wpe_t = wpe + (size_t)positions[j] * C;
-        for (int c = 0; c < C; c++) { out_j[c] = wte_ix[c] + wpe_t[c]; }
-    }
+    encoder_forward_vocab(out, inp, positions, wte, wpe, 0, INT_MAX, 1, N, C);
 }

@@ -19,25 +19,26 @@
 // The vocabulary-parallel versions (llmc/parallel/vocab.h; formulas in llmc/cpu/encoder.h): wte
 // holds rows [v0, v0 + Vs) only, tokens outside the range add 0, wpe (dwpe) may be NULL. The plain
 // embedding is v0 = 0 with every token in range.
-__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int v0, int Vs,
-                                       int B, int T, int C) {
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const int* positions, const floatX* wte,
+                                       const floatX* wpe, int v0, int Vs, int B, int T, int C) {
     size_t N = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T), row = inp[bt] - v0;
+        int c = (int)(i % C), pos = positions ? positions[bt] : (int)(bt % T), row = inp[bt] - v0;
         float e = row >= 0 && row < Vs ? to_float(wte[(size_t)row * C + c]) : 0.0f;
-        float p = wpe ? to_float(wpe[(size_t)t * C + c]) : 0.0f;
+        float p = wpe ? to_float(wpe[(size_t)pos * C + c]) : 0.0f;
         out[i] = from_float(e + p);
     }
 }
 
-static inline void encoder_forward_vocab(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int v0, int Vs,
-                                         int B, int T, int C) {
-    encoder_forward_kernel<<<grid_for((size_t)B * T * C, 256), 256>>>(out, inp, wte, wpe, v0, Vs, B, T, C);
+// positions: NULL (position t of each sequence) or one per token (generation: B = 1, T = N)
+static inline void encoder_forward_vocab(floatX* out, const int* inp, const int* positions, const floatX* wte,
+                                         const floatX* wpe, int v0, int Vs, int B, int T, int C) {
+    encoder_forward_kernel<<<grid_for((size_t)B * T * C, 256), 256>>>(out, inp, positions, wte, wpe, v0, Vs, B, T, C);
     cudaCheckLaunch();
 }
 static inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {
-    encoder_forward_vocab(out, inp, wte, wpe, 0, INT_MAX, B, T, C);
+    encoder_forward_vocab(out, inp, NULL, wte, wpe, 0, INT_MAX, B, T, C);
 }
 
 // bucket_start[k] .. bucket_start[k+1]-1 index positions[] for distinct token bucket_token[k]
@@ -110,19 +111,8 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
 }
 
 // Embedding of N tokens at given positions (generation with a KV cache, llmc/generate.h):
-//   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]      one thread per output element
-__global__ void encoder_forward_positions_kernel(floatX* out, const int* inp, const int* positions, const floatX* wte,
-                                                 const floatX* wpe, int N, int C) {
-    size_t total = (size_t)N * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        size_t j = i / C;
-        int c = (int)(i % C);
-        out[i] = from_float(to_float(wte[(size_t)inp[j] * C + c]) + to_float(wpe[(size_t)positions[j] * C + c]));
-    }
-}
-
+//   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]
 static inline void encoder_forward_positions(floatX* out, const int* inp, const int* positions, const floatX* wte,
                                              const floatX* wpe, int N, int C) {
-    encoder_forward_positions_kernel<<<grid_for((size_t)N * C, 256), 256>>>(out, inp, positions, wte, wpe, N, C);
-    cudaCheckLaunch();
+    encoder_forward_vocab(out, inp, positions, wte, wpe, 0, INT_MAX, 1, N, C);
 }

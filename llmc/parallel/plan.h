@@ -189,6 +189,10 @@ static inline void plan_gather_floats(const float* mine, int n, float* all, void
     memcpy(all, mine, (size_t)n * sizeof(float));
 }
 
+// The ranks that draw the samples: rank 0, and with tensor parallelism the rest of its tp group,
+// which computes the other shards of every token (they draw the same numbers; rank 0 prints)
+static inline int plan_samples(const Plan* plan) { return plan->dp_rank == 0; }
+
 // Evaluation, sampling and checkpoints want the whole model on this rank (ZeRO-3 gathers it)
 static inline void plan_full_model_begin(Plan* plan) { if (plan->use_dp) { dp_full_model_begin(&plan->dp); } }
 static inline void plan_full_model_end(Plan* plan) { if (plan->use_dp) { dp_full_model_end(&plan->dp); } }

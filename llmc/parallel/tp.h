@@ -131,7 +131,8 @@ static inline void tp_init(TensorParallel* tp, GPT2* model, Comm* comm, int use_
     tp->model = model;
     size_t BT = (size_t)model->max_B * model->max_T, C = model->config.channels;
     tp->stats = (float*)device_malloc(3 * BT * sizeof(float));
-    tp->scratch_bytes = 3 * BT * sizeof(float);
+    tp->row = (floatX*)device_malloc((size_t)model->config.padded_vocab_size * sizeof(floatX));
+    tp->scratch_bytes = 3 * BT * sizeof(float) + (size_t)model->config.padded_vocab_size * sizeof(floatX);
     if (tp->sp) {
         tp->gathered = (floatX*)device_malloc(BT * C * sizeof(floatX));
         tp->full = (floatX*)device_malloc(BT * C * sizeof(floatX));
@@ -146,10 +147,12 @@ static inline void tp_init(TensorParallel* tp, GPT2* model, Comm* comm, int use_
     o->embedding.backward = vocab_embedding_backward;
     o->classifier.ctx = tp;
     o->classifier.loss = vocab_classifier;
+    o->classifier.row_to_host = vocab_logits_row_to_host;
 }
 
 static inline void tp_free(TensorParallel* tp) {
     device_free(tp->stats);
+    device_free(tp->row);
     if (tp->gathered) { device_free(tp->gathered); device_free(tp->full); }
     memset(tp, 0, sizeof(*tp));
 }
@@ -212,7 +215,7 @@ static inline int tp_print_memory(const TensorParallel* tp) {
     printf("  activations per rank     %9.3f MiB  (formula %9.3f MiB: L [B Ts (6 C a + 16) + B T 12 C a/tp + attention] + ..., "
            "Ts = %d)\n", m->acts_requested / 1048576.0, acts / 1048576.0, gpt2_place_stream_tokens(&m->place, m->max_T));
     printf("  tp buffers               %9.3f MiB  (%s)\n", tp->scratch_bytes / 1048576.0,
-           tp->sp ? "loss statistics 3 B T floats + 2 gathered B T C" : "loss statistics 3 B T floats");
+           tp->sp ? "loss statistics 3 B T floats, a row of Vp logits, 2 x B T C gathered" : "loss statistics 3 B T floats, a row of Vp logits");
     printf("tp memory check %s (measured %s formula on all %d ranks of the group)\n", all_ok ? "ok" : "FAILED",
            all_ok ? "=" : "!=", tp->tp);
     return all_ok;

@@ -35,6 +35,7 @@ typedef struct TensorParallel {
     floatX* gathered;     // SP: (B, T, C) a gathered input or output gradient
     floatX* full;         // SP: (B, T, C) partial sums before a reduce-scatter, input gradients before one
     float* stats;         // (3 B T) the vocabulary-parallel loss: row max, then (sum of exp, target logit)
+    floatX* row;          // (Vp) a whole row of logits, gathered for sampling
     size_t scratch_bytes;
     // measurements of the current step (tp_step_begin resets them)
     uint64_t step_bytes_start;

@@ -26,13 +26,13 @@ static inline const TPRegion* tp_region(const OpAt* at);   // tp.h: TP's or SP's
 
 static inline int vocab_shard_rows(const TensorParallel* tp) { return tp->model->config.padded_vocab_size / tp->tp; }
 
-static inline void vocab_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const floatX* wte,
-                                           const floatX* wpe, int C) {
+static inline void vocab_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const int* positions,
+                                           const floatX* wte, const floatX* wpe, int C) {
     TensorParallel* tp = (TensorParallel*)ctx;
     const TPRegion* R = tp_region(at);
     int Vs = vocab_shard_rows(tp);
     floatX* partial = R->exit_partial_buffer(tp, out);   // B x T tokens
-    encoder_forward_vocab(partial, tokens, wte, tp->rank == 0 ? wpe : NULL, tp->rank * Vs, Vs, at->B, at->T, C);
+    encoder_forward_vocab(partial, tokens, positions, wte, tp->rank == 0 ? wpe : NULL, tp->rank * Vs, Vs, at->B, at->T, C);
     R->exit_forward(tp, at, partial, out, C);
 }
 
@@ -43,6 +43,16 @@ static inline void vocab_embedding_backward(void* ctx, const OpAt* at, floatX* d
     int Vs = vocab_shard_rows(tp);
     const floatX* dy = R->exit_backward(tp, at, dout, C);   // B x T tokens
     encoder_backward_vocab(dwte, dwpe, dy, tokens, tp->rank * Vs, Vs, at->B, at->T, C);
+}
+
+// Sampling (llmc/generate.h) needs a whole row of logits: rank t's Vs columns are the row's
+// block t, so one all-gather in rank order puts the row together (Vp elements on every rank).
+static inline void vocab_logits_row_to_host(void* ctx, const OpAt* at, const floatX* logits, int row, int Vp,
+                                            float* scratch, float* out) {
+    TensorParallel* tp = (TensorParallel*)ctx;
+    int Vs = Vp / tp->tp;
+    tp_allgather(tp, "vocab: all-gather a row of logits", logits + (size_t)row * Vs, tp->row, (size_t)Vp);
+    op_logits_row_to_host(NULL, at, tp->row, 0, Vp, scratch, out);
 }
 
 static inline void vocab_classifier(void* ctx, const OpAt* at, floatX* logits, float* losses, const float* weights,

@@ -99,6 +99,7 @@ static inline void rlvr_init(Task* t) {
     rl->advantage = Advantage{rl_mode_parse(a->rl_mode), 0.0f, 0};
     rl->beta = a->kl;
     rl->group = a->group;
+    rl->t_multiple = model->place.sp ? model->place.tp : 1;
     rl->seed = (uint64_t)a->seed;
     int greedy = rl->advantage.mode == RL_TOP1;
     rl->gen = GenerateConfig{greedy ? 0.0f : a->temperature, greedy ? 1 : a->top_k, a->max_new, 1};
@@ -113,9 +114,12 @@ static inline void rlvr_init(Task* t) {
     kvcache_init(&rl->kv, model, r->rows, cache_T, r->rows * cache_T);
     rl->ref = NULL;
     if (rl->beta > 0.0f) {   // a frozen copy of the starting point
-        if (a->load) { gpt2_load_checkpoint(&r->ref_model, a->load); }
-        else { gpt2_build(&r->ref_model, cfg); gpt2_init_random(&r->ref_model, (uint64_t)a->seed); }
+        // the same shard as the policy, computed by the same ops (tensor parallelism's, with its
+        // collectives): at step 1 both give the same log p bit for bit, so p_ref / p = 1 exactly
+        if (a->load) { gpt2_load_checkpoint_shard(&r->ref_model, a->load, &model->place); }
+        else { gpt2_build_shard(&r->ref_model, cfg, &model->place); gpt2_init_random(&r->ref_model, (uint64_t)a->seed); }
         gpt2_allocate_activations(&r->ref_model, t->B, T);
+        r->ref_model.ops = model->ops;
         rl->ref = &r->ref_model;
     }
     t->describe = rlvr_describe;
