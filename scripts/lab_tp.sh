@@ -56,7 +56,7 @@ for tp in $TPS; do
         [ "$sp" = 1 ] && flags="$flags --sp"
         # shellcheck disable=SC2086
         run "$name" "$tp" $flags
-        params=$(sed -n 's/^model .*: \([0-9]*\) parameters.*/\1/p' "$OUT/$name.out")
+        params=$(sed -n 's/^model .*: \([0-9]*\) parameters\(, \([0-9]*\) in this rank.s shard\)\{0,1\}$/\1 \3/p' "$OUT/$name.out" | awk '{print $NF}')
         if [ "$tp" -gt 1 ]; then
             acts="$(grep -m1 'activations per rank' "$OUT/$name.out" | sed -n 's/.*rank *\([0-9.]*\) MiB *(formula *\([0-9.]*\) MiB.*/\1 MiB (\2 MiB)/p')"
             bytes="$(grep -m1 'tp comm | sent' "$OUT/$name.out" | sed -n 's/.*sent *\([0-9.]*\) MiB.*(formula *\([0-9.]*\) MiB.*/\1 MiB (\2 MiB)/p')"

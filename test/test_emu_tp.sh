@@ -21,7 +21,7 @@
 set -u
 cd "$(dirname "$0")/.."
 T=build/emu-tp-test
-EMU=build/emu
+EMU=${EMU_BIN_DIR:-build/emu}   # scripts/gpu_check.sh points this at the MPI trainers built for the GPU
 rm -rf "$T"
 mkdir -p "$T"
 pass() { echo "PASS $1"; }
