@@ -319,7 +319,7 @@ static void test_encoder(int B, int T, int C, int V) {
     encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
     check_close("encoder_forward " + s, getx(d_out, (size_t)BT * C), ref, dvec(ref.size(), 0.0), true, "RN(ref)");
     put_x(d_out, nan_fill((size_t)BT * C));
-    encoder_forward_kernel<<<2, 64>>>(d_out, d_inp, NULL, d_wte, d_wpe, 0, INT_MAX, B, T, C);
+    encoder_forward_kernel<<<2, 64>>>(d_out, d_inp, (const int*)nullptr, d_wte, d_wpe, 0, INT_MAX, B, T, C);
     cudaCheckLaunch();
     check_close("encoder_forward_kernel grid 2x64 (grid-stride) " + s, getx(d_out, (size_t)BT * C), ref,
                 dvec(ref.size(), 0.0), true, "RN(ref)");
@@ -884,6 +884,106 @@ static void test_classifier(int B, int T, int V, int Vp, bool with_weights, int 
 }
 
 // ---------------------------------------------------------------------------------------
+// the vocabulary-parallel kernels (llmc/parallel/vocab.h), tp shards simulated on one device: the
+// embedding of one shard (rows [v0, v0 + Vs), no wpe) against the CPU's; the loss's three passes
+// per shard, the statistics combined on the host as the all-reduces would, against the fused
+// classifier of the whole row (the same error bounds as test_classifier)
+
+static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int tp) {
+    int N = B * T, Vs = Vp / tp;
+    std::string s = shape("B=%d T=%d V=%d Vp=%d tp=%d", B, T, V, Vp, tp);
+    // embedding: shard 1's rows; tokens inside and outside its range
+    int v0 = Vs;
+    fvec wte = randn((size_t)Vs * C), dwte = randn((size_t)Vs * C, 0.1f), dout = randn((size_t)N * C);
+    std::vector<int> inp = randint(N, V);
+    inp[0] = v0; inp[1] = v0 + Vs - 1; inp[2] = v0 - 1; inp[3] = v0 + Vs;   // both edges, both sides
+    floatX *d_wte = upx(wte), *d_out = upx(nan_fill((size_t)N * C)), *d_dwte = upx(dwte), *d_dout = upx(dout);
+    int* d_inp = upi(inp);
+    fvec ref((size_t)N * C), rte = dwte;
+    cpu::encoder_forward_vocab(ref.data(), inp.data(), NULL, wte.data(), NULL, v0, Vs, B, T, C);
+    encoder_forward_vocab(d_out, d_inp, NULL, d_wte, NULL, v0, Vs, B, T, C);
+    check_close("encoder_forward_vocab (shard 1, no wpe) " + s, getx(d_out, ref.size()), ref, dvec(ref.size(), 0.0), true, "RN(ref)");
+    cpu::encoder_backward_vocab(rte.data(), NULL, dout.data(), inp.data(), v0, Vs, B, T, C);
+    encoder_backward_vocab(d_dwte, NULL, d_dout, d_inp, v0, Vs, B, T, C);
+    dvec mte(rte.size());
+    std::vector<int> cnt(Vs, 0);
+    for (size_t i = 0; i < mte.size(); i++) { mte[i] = fabs(dwte[i]); }
+    for (int i = 0; i < N; i++) {
+        int row = inp[i] - v0;
+        if (row < 0 || row >= Vs) { continue; }
+        cnt[row]++;
+        for (int c = 0; c < C; c++) { mte[(size_t)row * C + c] += fabs(dout[(size_t)i * C + c]); }
+    }
+    dvec dte(mte.size());
+    for (size_t i = 0; i < mte.size(); i++) { dte[i] = 2.0 * (cnt[i / C] + 2) * UF * mte[i]; }
+    check_close("encoder_backward_vocab dwte (shard 1, accumulates) " + s, getx(d_dwte, rte.size()), rte, dte, true,
+                "RN(ref +- 2(count+2) UF mag)");
+    dfree(d_wte); dfree(d_out); dfree(d_dwte); dfree(d_dout); dfree(d_inp);
+
+    // the loss: whole rows on the host, shards on the device
+    fvec logits = randn((size_t)N * Vp, 2.0f);
+    for (int i = 0; i < N; i++) { for (int v = V; v < Vp; v++) { logits[(size_t)i * Vp + v] = rx(1e4f); } }   // padding
+    std::vector<int> targets = randint(N, V);
+    targets[0] = V - 1;
+    targets[1] = Vs;   // the first column of shard 1
+    fvec weights(N);
+    for (int i = 0; i < N; i++) { weights[i] = i % 5 == 0 ? 0.0f : (i % 5 == 1 ? -0.5f : 1.5f); }
+    float dloss = 1.0f / N;
+    fvec whole = logits, losses(N);
+    cpu::fused_classifier(whole.data(), losses.data(), weights.data(), targets.data(), dloss, B, T, V, Vp, 1);
+    std::vector<floatX*> d_shard(tp);
+    float *d_w = upf(weights), *d_loss = upf(nan_fill(N));
+    int* d_t = upi(targets);
+    fvec maxes(N, -INFINITY), sums(2 * (size_t)N, 0.0f);
+    for (int t = 0; t < tp; t++) {   // pass 1 on every shard, then the MAX "all-reduce"
+        fvec part((size_t)N * Vs);
+        for (int i = 0; i < N; i++) { for (int v = 0; v < Vs; v++) { part[(size_t)i * Vs + v] = logits[(size_t)i * Vp + t * Vs + v]; } }
+        d_shard[t] = upx(part);
+        float* d_m = upf(nan_fill(N));
+        vocab_row_max(d_m, d_shard[t], N, Vs, t * Vs, V);
+        fvec m = getf(d_m, N);
+        for (int i = 0; i < N; i++) { maxes[i] = std::max(maxes[i], m[i]); }
+        dfree(d_m);
+    }
+    float* d_max = upf(maxes);
+    for (int t = 0; t < tp; t++) {   // pass 2, then the SUM "all-reduce"
+        float* d_s = upf(nan_fill(2 * (size_t)N));
+        vocab_row_sum_target(d_s, d_shard[t], d_max, d_t, N, Vs, t * Vs, V);
+        fvec st = getf(d_s, 2 * (size_t)N);
+        for (size_t j = 0; j < st.size(); j++) { sums[j] += st[j]; }
+        dfree(d_s);
+    }
+    float* d_sum = upf(sums);
+    dvec dl(N), dd((size_t)N * Vp, 0.0);   // test_classifier's bounds
+    for (int i = 0; i < N; i++) {
+        const float* x = &logits[(size_t)i * Vp];
+        double mx = -INFINITY, l = 0.0;
+        for (int v = 0; v < V; v++) { mx = std::max(mx, (double)x[v]); }
+        for (int v = 0; v < V; v++) { l += exp(x[v] - mx); }
+        double lse = mx + log(l), w = weights[i];
+        dl[i] = fabs(w) * UF * (2.0 * V + 64.0 * (1.0 + fabs(lse) + fabs(x[targets[i]])));
+        for (int v = 0; v < V; v++) {
+            double p = exp(x[v] - lse);
+            dd[(size_t)i * Vp + v] = fabs(dloss * w) * UF * ((2.0 * V + 64.0 * (1.0 + fabs(x[v]) + fabs(lse))) * p + (v == targets[i] ? 8.0 : 0.0));
+        }
+    }
+    fvec got((size_t)N * Vp), gotloss;
+    for (int t = 0; t < tp; t++) {   // pass 3 on every shard; the shards' columns put back together
+        vocab_loss_grad(d_shard[t], d_loss, d_w, d_t, d_max, d_sum, dloss, N, Vs, t * Vs, V, 1);
+        fvec g = getx(d_shard[t], (size_t)N * Vs);
+        for (int i = 0; i < N; i++) { for (int v = 0; v < Vs; v++) { got[(size_t)i * Vp + t * Vs + v] = g[(size_t)i * Vs + v]; } }
+        fvec l = getf(d_loss, N);
+        if (t == 0) { gotloss = l; } else if (l != gotloss) { gotloss.assign(N, NAN); }   // every shard: the same losses
+        dfree(d_shard[t]);
+    }
+    check_close("vocab-parallel loss (3 passes per shard) " + s + ": losses", gotloss, losses, dl, false,
+                "+- |w| UF (2V + 64(1 + |lse| + |x_t|)), equal on every shard");
+    check_close("vocab-parallel loss " + s + ": dlogits (padding 0)", got, whole, dd, true,
+                "RN(ref +- |dloss w| UF ((2V + 64(1+|x|+|lse|)) P + 8 onehot))");
+    dfree(d_w); dfree(d_loss); dfree(d_t); dfree(d_max); dfree(d_sum);
+}
+
+// ---------------------------------------------------------------------------------------
 // global norm (sum of squares)
 
 static void test_global_norm(size_t count) {
@@ -1014,6 +1114,8 @@ int main() {
     test_classifier(3, 37, 300, 320, true, 1);
     test_classifier(3, 37, 300, 320, true, 0);
     test_classifier(1, 5, 1000, 1024, true, 1);
+    test_vocab_parallel(3, 37, 40, 300, 320, 4);   // shard 3: 60 real columns of 80
+    test_vocab_parallel(2, 5, 24, 257, 320, 2);
     test_global_norm(777);
     test_global_norm(600001);
     test_adamw(1001, false);
