@@ -41,8 +41,10 @@ int main(int argc, char** argv) {
 
     // ---- what we are about to do
     plan_print(&plan);
-    printf("model        L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters\n", cfg->num_layers,
-           cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model.num_parameters);
+    printf("model        L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters", cfg->num_layers, cfg->num_heads,
+           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model.num_parameters_full);
+    if (model.num_parameters != model.num_parameters_full) { printf(", %zu in this rank's shard", model.num_parameters); }
+    printf("\n");
     printf("batch        %d sequences x %d tokens = %d tokens per step (micro-batch %d, %d micro-steps)\n", args.batch, T,
            args.batch * T, B, args.grad_accum);
     task.describe(&task);
