@@ -135,15 +135,6 @@ static inline int plan_micro_batch(const Plan* plan) {
     return a->batch / (a->grad_accum * plan->ndp);
 }
 
-// What the data-parallel update asks of the tp group (dp_core.h's ShardGroup)
-static inline void plan_tp_complete_grads(void* ctx, int tensor, floatX* grad, size_t n) {
-    sp_sum_norm_grads((TensorParallel*)ctx, tensor, grad, n);
-}
-static inline double plan_tp_sum_norm(void* ctx, double sq) {
-    MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, ((TensorParallel*)ctx)->comm->mpi);   // 8 bytes, not counted
-    return sq;
-}
-
 // The model (built, activations allocated) joins the plan: tensor parallelism's ops, data
 // parallelism's placement.
 static inline void plan_attach(Plan* plan, GPT2* model) {
@@ -154,7 +145,7 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
     DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}};
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
-        cfg.shards = ShardGroup{&plan->tp, plan_tp_complete_grads, plan_tp_sum_norm};
+        cfg.shards = tp_shard_group(&plan->tp);
     }
     dp_init(&plan->dp, model, &plan->mesh.dim[MESH_DP], &cfg);
 }

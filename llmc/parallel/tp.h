@@ -40,6 +40,7 @@
 #include "tp_core.h"
 #include "sp.h"
 #include "vocab.h"
+#include "dp_core.h"   // ShardGroup: what the data-parallel update asks of the tp group
 
 // ---------------------------------------------------------------------------------------
 // Plain TP's region operators: f and g
@@ -149,6 +150,17 @@ static inline void tp_init(TensorParallel* tp, GPT2* model, Comm* comm, int use_
     o->classifier.loss = vocab_classifier;
     o->classifier.row_to_host = vocab_logits_row_to_host;
 }
+
+// What the data-parallel update asks of the tp group (dp_core.h's ShardGroup): SP's partial
+// layernorm gradients made whole, and the squared gradient norm summed over the shards
+static inline void tp_complete_grads(void* ctx, int tensor, floatX* grad, size_t n) {
+    sp_sum_norm_grads((TensorParallel*)ctx, tensor, grad, n);
+}
+static inline double tp_sum_norm(void* ctx, double sq) {
+    MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, ((TensorParallel*)ctx)->comm->mpi);   // 8 bytes, not counted
+    return sq;
+}
+static inline ShardGroup tp_shard_group(TensorParallel* tp) { return ShardGroup{tp, tp_complete_grads, tp_sum_norm}; }
 
 static inline void tp_free(TensorParallel* tp) {
     device_free(tp->stats);
