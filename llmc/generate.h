@@ -42,13 +42,13 @@ typedef struct {
     floatX* ln;                   // (max_tokens, C) layernorm output
     float* ln_mean;               // (max_tokens) layernorm statistics (unused, the kernel writes them)
     float* ln_rstd;               // (max_tokens)
-    floatX* qkv;                  // (max_tokens, 3C)
-    floatX* atty;                 // (max_tokens, C) attention output
+    floatX* qkv;                  // (max_tokens, Cq)   Cq = 3C/tp, Ca = C/tp, H = 4C/tp, Vs = Vp/tp
+    floatX* atty;                 // (max_tokens, Ca) attention output
     floatX* proj;                 // (max_tokens, C) attproj / fcproj output
-    floatX* fch;                  // (max_tokens, 4C)
-    floatX* fch_gelu;             // (max_tokens, 4C)
-    floatX* logits;               // (max_tokens, Vp) logits of the last call's tokens
-    float* logits_f;              // (Vp) one row of logits widened to fp32, for the copy to the host
+    floatX* fch;                  // (max_tokens, H)
+    floatX* fch_gelu;             // (max_tokens, H)
+    floatX* logits;               // (max_tokens, Vs) this rank's logits of the last call's tokens
+    float* logits_f;              // (Vp) one whole row of logits widened to fp32, for the copy to the host
     int* tokens_d;                // (max_tokens) the last call's tokens, rows, positions
     int* rows_d;
     int* positions_d;
@@ -67,7 +67,9 @@ static inline void kvcache_init(KVCache* kv, const GPT2* model, int rows, int ma
     kv->maxT = maxT;
     kv->max_tokens = max_tokens;
     size_t L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, M = max_tokens;
-    size_t cache = (size_t)rows * maxT * gpt2_local_attn(model);
+    // this rank's shares (the whole model on one rank): heads, hidden units, vocabulary columns
+    size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), Vs = gpt2_local_vocab(model);
+    size_t cache = (size_t)rows * maxT * Ca;
     struct { void** ptr; size_t count; size_t elsize; } tensors[] = {
         {(void**)&kv->k, L * cache, sizeof(floatX)},
         {(void**)&kv->v, L * cache, sizeof(floatX)},
@@ -75,12 +77,12 @@ static inline void kvcache_init(KVCache* kv, const GPT2* model, int rows, int ma
         {(void**)&kv->ln, M * C, sizeof(floatX)},
         {(void**)&kv->ln_mean, M, sizeof(float)},
         {(void**)&kv->ln_rstd, M, sizeof(float)},
-        {(void**)&kv->qkv, M * 3 * C, sizeof(floatX)},
-        {(void**)&kv->atty, M * C, sizeof(floatX)},
+        {(void**)&kv->qkv, M * Cq, sizeof(floatX)},
+        {(void**)&kv->atty, M * Ca, sizeof(floatX)},
         {(void**)&kv->proj, M * C, sizeof(floatX)},
-        {(void**)&kv->fch, M * 4 * C, sizeof(floatX)},
-        {(void**)&kv->fch_gelu, M * 4 * C, sizeof(floatX)},
-        {(void**)&kv->logits, M * Vp, sizeof(floatX)},
+        {(void**)&kv->fch, M * H, sizeof(floatX)},
+        {(void**)&kv->fch_gelu, M * H, sizeof(floatX)},
+        {(void**)&kv->logits, M * Vs, sizeof(floatX)},
         {(void**)&kv->logits_f, Vp, sizeof(float)},
         {(void**)&kv->tokens_d, M, sizeof(int)},
         {(void**)&kv->rows_d, M, sizeof(int)},
