@@ -13,15 +13,9 @@ cd "$(dirname "$0")/.."
 T=build/dp-test
 rm -rf "$T"
 mkdir -p "$T"
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; }
-
-if ! command -v mpirun >/dev/null || ! strings ./train_gpt2cpu | grep -q MPI_Init_thread; then
-    echo "FAIL data parallelism needs mpirun and the MPI build (apt-get install libopenmpi-dev openmpi-bin; make)"
-    exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+WHAT="data parallelism"
+# shellcheck source=test/lib_mpi.sh
+source test/lib_mpi.sh   # pass, fail, MPIRUN, expect_all; stops here without MPI
 
 python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 4000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
@@ -107,17 +101,6 @@ print(f"{'PASS' if ok else 'FAIL'} trace: {len(x)} events on tracks {sorted(trac
 EOF
 
 # --- bad input: every rank reports, all exit non-zero, no hang
-expect_all() {   # NAME PATTERN NP FLAGS...
-    local name=$1 pattern=$2 np=$3; shift 3
-    $MPIRUN -np "$np" "$@" >"$T/bad.out" 2>&1
-    local rc=$? n
-    n=$(grep -c -- "$pattern" "$T/bad.out")
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ]; then
-        pass "$name: exit $rc, '$(grep -m1 -- "$pattern" "$T/bad.out" | sed 's/^error: //')'"
-    else
-        fail "$name" "exit $rc, $n messages" "$(tail -3 "$T/bad.out")"
-    fi
-}
 expect_all "global batch that does not divide among 4 ranks" "does not split into" 4 $TRAIN --batch 6
 expect_all "ZeRO stage out of range" "--zero must be 0, 1, 2 or 3" 2 $TRAIN --zero 4
 expect_all "--offload without ZeRO-1/2" "--offload needs --zero 1 or --zero 2" 2 $TRAIN --offload

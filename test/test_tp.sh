@@ -24,15 +24,9 @@ cd "$(dirname "$0")/.."
 T=build/tp-test
 rm -rf "$T"
 mkdir -p "$T"
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; }
-
-if ! command -v mpirun >/dev/null || ! strings ./train_gpt2cpu | grep -q MPI_Init_thread; then
-    echo "FAIL tensor parallelism needs mpirun and the MPI build (apt-get install libopenmpi-dev openmpi-bin; make)"
-    exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
+WHAT="tensor parallelism"
+# shellcheck source=test/lib_mpi.sh
+source test/lib_mpi.sh   # pass, fail, MPIRUN, expect_all; stops here without MPI
 
 python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 4000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
@@ -152,17 +146,6 @@ else
 fi
 
 # --- bad input: every rank reports, all exit non-zero, no hang
-expect_all() {   # NAME PATTERN NP FLAGS...
-    local name=$1 pattern=$2 np=$3; shift 3
-    $MPIRUN -np "$np" "$@" >"$T/bad.out" 2>&1
-    local rc=$? n
-    n=$(grep -c -- "$pattern" "$T/bad.out")
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ]; then
-        pass "$name: exit $rc, '$(grep -m1 -- "$pattern" "$T/bad.out" | sed 's/^error: //')'"
-    else
-        fail "$name" "exit $rc, $n messages" "$(tail -3 "$T/bad.out")"
-    fi
-}
 TRAIN="./train_gpt2cpu $D $MODEL $QUIET"
 expect_all "tp that does not divide the heads" "does not divide the 4 attention heads" 3 $TRAIN --tp 3
 expect_all "tp that does not divide the ranks" "does not divide the 3 ranks" 3 $TRAIN --tp 2
