@@ -70,8 +70,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     int need = args->tp > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
-        die("this MPI library does not provide %s (needed %s)", need == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" :
-            "MPI_THREAD_SERIALIZED", args->tp > 1 ? "by --tp: tp and dp collectives run in two threads at once" : "");
+        die("this MPI library does not provide %s%s", need == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED",
+            args->tp > 1 ? " (--tp: tp and dp collectives run in two threads at once)" : "");
     }
     plan->world = comm_init_world(argc, argv);
     plan->rank = plan->world.rank;
