@@ -30,14 +30,15 @@
 
 // ---------------------------------------------------------------------------------------
 // Activations saved by the forward pass for the backward pass, one set per slot ("L" marks
-// one per layer of this rank's stage). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp, and
+// one per layer of a slot: the stage's layers, or with an interleaved pipeline one chunk's, a
+// slot then holding one micro-batch on one chunk). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp, and
 // the residual stream's tensors hold Ts tokens per sequence (T/tp under sequence parallelism:
 // the layernorms, residual adds and what they read split along the sequence; llmc/ops.h).
 
-#define GPT2_MAX_SLOTS 16
+#define GPT2_MAX_SLOTS 64
 
 typedef struct {
-    floatX* encoded;    // (B, Ts, C)       the stage's input: the embedding (or what the previous stage sent)
+    floatX* encoded;    // (B, Ts, C)       the slot's input: the embedding (or what the previous stage sent)
     floatX* ln1;        // L x (B, Ts, C)
     float* ln1_mean;    // L x (B, Ts)      layernorm statistics stay fp32 in every backend
     float* ln1_rstd;    // L x (B, Ts)
@@ -60,7 +61,9 @@ typedef struct {
     int* targets;       // (B, T)
     float* loss_weights;// (B, T) optional per-token loss weights
     float* losses;      // (B, T)
+    floatX* logits;     // (B, T, Vp/tp) the head's output, then dlogits (only where the stage has the head)
     int B, T;           // shape of the micro-batch in this slot
+    int chunk;          // which of the stage's chunks the slot holds (0 without interleaving)
     int Ts;             // its tokens per sequence on the residual stream (T, or T/tp with SP)
 } ActivationTensors;
 
@@ -102,13 +105,14 @@ typedef struct GPT2 {
     int max_B, max_T, num_slots;
     ActivationTensors acts[GPT2_MAX_SLOTS];
     GradientBuffers bufs;
-    floatX* logits;             // (B, T, Vp/tp), overwritten by dlogits in the classifier (one, shared)
+    floatX* logits;             // slot 0's logits (acts[0].logits): what the one-micro-batch callers read
     void* acts_memory;
     size_t acts_bytes;          // allocated (each buffer rounded up to 64 bytes)
     size_t acts_requested;      // the sum of the buffers' sizes (what the memory formulas predict)
     float* norm_squared;        // 1 float: global_norm_squared output
     float* losses_host;         // host copy of losses
     int B, T;                   // shape of the last gpt2_forward (slot 0)
+    int root_in_pass;           // the backward in flight touched the root tensors (head or embedding)
     // the extension points
     GPT2Ops ops;                // how sublayers are computed (llmc/ops.h)
     HookChain hooks;            // where weights and gradients live (llmc/hooks.h)
@@ -167,7 +171,9 @@ static inline int gpt2_local_qkv(const GPT2* m) { return 3 * m->config.channels 
 static inline int gpt2_local_attn(const GPT2* m) { return m->config.channels / m->place.tp; }
 static inline int gpt2_local_hidden(const GPT2* m) { return 4 * m->config.channels / m->place.tp; }
 static inline int gpt2_local_vocab(const GPT2* m) { return m->config.padded_vocab_size / m->place.tp; }
-static inline int gpt2_local_layers(const GPT2* m) { return m->place.layer_end - m->place.layer_begin; }
+static inline int gpt2_local_layers(const GPT2* m) { return gpt2_place_num_layers(&m->place); }
+// layers one activation slot holds: one chunk's (all the stage's without interleaving)
+static inline int gpt2_slot_layers(const GPT2* m) { return gpt2_place_chunk_layers(&m->place); }
 
 static inline void gpt2_check_config(const GPT2Config* cfg) {
     if (cfg->num_layers <= 0 || cfg->num_heads <= 0 || cfg->channels <= 0 || cfg->max_seq_len <= 0 ||
@@ -255,7 +261,8 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     if (model->place.sp && T % model->place.tp != 0) {
         die("sequence parallelism: the sequence length %d is not divisible by tp %d", T, model->place.tp);
     }
-    size_t L = gpt2_local_layers(model), C = c->channels, BT = (size_t)B * T, Vp = gpt2_local_vocab(model);
+    size_t L = gpt2_slot_layers(model), C = c->channels, BT = (size_t)B * T, Vp = gpt2_local_vocab(model);
+    size_t logits = model->place.has_head ? BT * Vp : 0;   // only the stage with the head has logits
     size_t BTs = (size_t)B * gpt2_place_stream_tokens(&model->place, T);   // the residual stream's tokens
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = attention_state_size(B, T, gpt2_local_heads(model));
@@ -284,6 +291,7 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
             {(void**)&a->lnf, BTs * C, sizeof(floatX)},
             {(void**)&a->lnf_mean, BTs, sizeof(float)},
             {(void**)&a->lnf_rstd, BTs, sizeof(float)},
+            {(void**)&a->logits, logits, sizeof(floatX)},
         };
         tensors.insert(tensors.end(), per_slot, per_slot + sizeof(per_slot) / sizeof(per_slot[0]));
     }
@@ -293,7 +301,6 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
         {(void**)&model->bufs.datty, BT * Ca, sizeof(floatX)},
         {(void**)&model->bufs.dqkv, BT * Cq, sizeof(floatX)},
         {(void**)&model->bufs.dfch, BT * H, sizeof(floatX)},
-        {(void**)&model->logits, BT * Vp, sizeof(floatX)},
     };
     tensors.insert(tensors.end(), shared, shared + sizeof(shared) / sizeof(shared[0]));
     for (int s = 0; s < slots; s++) {
@@ -317,6 +324,10 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
         *t.ptr = base;
         base += ceil_div(t.count * t.elsize, 64) * 64;   // keep 64-byte alignment
     }
+    for (int s = 0; s < slots; s++) {
+        if (!model->place.has_head) { model->acts[s].logits = NULL; }
+    }
+    model->logits = model->acts[0].logits;
     model->losses_host = (float*)malloc(BT * sizeof(float));
     model->max_B = B;
     model->max_T = T;
@@ -339,6 +350,7 @@ static inline void gpt2_set_batch(GPT2* model, int slot, const int* inputs, int 
     ActivationTensors* a = &model->acts[slot];
     a->B = B;
     a->T = T;
+    a->chunk = 0;
     a->Ts = gpt2_place_stream_tokens(&model->place, T);
     if (inputs) { copy_host_to_device(a->inputs, inputs, (size_t)B * T * sizeof(int)); }
 }
@@ -362,11 +374,16 @@ static inline void gpt2_embed_forward(GPT2* model, int slot) {
                                  model->config.channels);
 }
 
-// Block l's saved activations in a slot (l: global layer index of this stage)
+// Block l's saved activations in a slot (l: global layer index; li: its index in the slot,
+// whose layers are one chunk's)
 static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     ActivationTensors* a = &model->acts[slot];
     size_t BT = (size_t)a->B * a->T, BTs = (size_t)a->B * a->Ts, C = model->config.channels;
-    size_t li = (size_t)(l - model->place.layer_begin);
+    int local = gpt2_place_local(&model->place, l);
+    if (local < 0 || local / gpt2_slot_layers(model) != a->chunk) {
+        die("block %d is not in chunk %d of this pipeline stage", l, a->chunk);
+    }
+    size_t li = (size_t)(local % gpt2_slot_layers(model));
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = attention_state_size(a->B, a->T, gpt2_local_heads(model));
     BlockActs b;
@@ -388,10 +405,10 @@ static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     b.residual3 = a->residual3 + li * BTs * C;
     return b;
 }
-// the output of the stage's last block (what the head, or the next stage, reads)
+// the output of the slot's last block (what the head, or the next stage, reads)
 static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
     ActivationTensors* a = &model->acts[slot];
-    return a->residual3 + (size_t)(gpt2_local_layers(model) - 1) * a->B * a->Ts * model->config.channels;
+    return a->residual3 + (size_t)(gpt2_slot_layers(model) - 1) * a->B * a->Ts * model->config.channels;
 }
 
 // The block's computation on given weights and activation buffers: the one copy of the block
@@ -428,7 +445,7 @@ static inline void gpt2_head_forward(GPT2* model, int slot) {
     int C = model->config.channels;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt2_stage_output(model, slot), model->root.lnfw,
                       model->root.lnfb, a->B, a->Ts, C);
-    model->ops.linear.forward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, model->logits, a->lnf, model->root.wte, NULL, C,
+    model->ops.linear.forward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, a->logits, a->lnf, model->root.wte, NULL, C,
                               gpt2_local_vocab(model));
 }
 
@@ -443,7 +460,7 @@ static inline float gpt2_head_loss(GPT2* model, int slot, const int* targets, co
     OpAt at = gpt2_at(model, slot, -1);
     copy_host_to_device(a->targets, targets, (size_t)BT * sizeof(int));
     if (weights) { copy_host_to_device(a->loss_weights, weights, (size_t)BT * sizeof(float)); }
-    model->ops.classifier.loss(model->ops.classifier.ctx, &at, model->logits, a->losses, weights ? a->loss_weights : NULL, a->targets,
+    model->ops.classifier.loss(model->ops.classifier.ctx, &at, a->logits, a->losses, weights ? a->loss_weights : NULL, a->targets,
                           dloss, model->config.vocab_size, model->config.padded_vocab_size, write_dlogits);
     copy_device_to_host(model->losses_host, a->losses, (size_t)BT * sizeof(float));
     double sum = 0.0;
@@ -459,6 +476,7 @@ static inline float gpt2_head_loss(GPT2* model, int slot, const int* targets, co
 // branch reads it and each layernorm backward adds its input gradient into it.
 
 static inline void gpt2_backward_begin(GPT2* model) {
+    model->root_in_pass = 0;
     model->root = model->params;
     model->root_grads = model->grads;
     hooks_backward_begin(&model->hooks, &model->root, &model->root_grads);
@@ -470,7 +488,8 @@ static inline void gpt2_head_backward(GPT2* model, int slot) {
     GradientBuffers d = model->bufs;
     OpAt at = gpt2_at(model, slot, -1);
     int B = a->B, Ts = a->Ts, C = model->config.channels;
-    model->ops.linear.backward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, d.dln, model->root_grads.wte, NULL, model->logits,
+    model->root_in_pass = 1;
+    model->ops.linear.backward(model->ops.linear.ctx, &at, LINEAR_LM_HEAD, d.dln, model->root_grads.wte, NULL, a->logits,
                                a->lnf, model->root.wte, C, gpt2_local_vocab(model));
     device_memset_zero(d.dresidual, (size_t)B * Ts * C * sizeof(floatX));
     layernorm_backward(d.dresidual, model->root_grads.lnfw, model->root_grads.lnfb, d.dln, gpt2_stage_output(model, slot),
@@ -501,9 +520,81 @@ static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
     hooks_block_backward_end(&model->hooks, l);
 }
 
+// The same backward cut in two, for zero-bubble pipeline schedules (llmc/parallel/pp.h, ZB-H1):
+//   B (gpt2_block_backward_input)   the input gradients only: what the previous stage waits for.
+//                                    Every linear and layernorm runs with its weight-gradient half
+//                                    switched off (NULL), and keeps its output gradient in `keep`.
+//   W (gpt2_block_backward_weight)  the weight gradients, later, from what B kept:
+//                                    dW += dY^T X for each linear, the layernorms' dgamma, dbeta.
+// B + W compute exactly what gpt2_block_backward computes (the same kernels, the same sums).
+// `keep` holds per layer: d(residual3) and d(residual2) (B x Ts x C), d(fch) (B x T x H),
+// d(qkv) (B x T x Cq), d(ln2 out) and d(ln1 out) (B x Ts x C): gpt2_keep_floats says how many.
+typedef struct { floatX *dres3, *dfch, *dln2, *dres2, *dqkv, *dln1; } BlockGradKeep;
+
+static inline size_t gpt2_keep_floats(const GPT2* m, int B, int T) {
+    size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), C = m->config.channels;
+    return 4 * BTs * C + BT * gpt2_local_hidden(m) + BT * gpt2_local_qkv(m);
+}
+static inline BlockGradKeep gpt2_keep_at(const GPT2* m, floatX* base, int B, int T) {
+    size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), C = m->config.channels;
+    BlockGradKeep k;
+    k.dres3 = base;
+    k.dres2 = k.dres3 + BTs * C;
+    k.dln2 = k.dres2 + BTs * C;
+    k.dln1 = k.dln2 + BTs * C;
+    k.dfch = k.dln1 + BTs * C;
+    k.dqkv = k.dfch + BT * gpt2_local_hidden(m);
+    return k;
+}
+
+// B needs the block's weights but no gradient buffer: it raises no placement hook (ZeRO-3, which
+// gathers weights in them, does not combine with it). W raises the block's backward hooks, so
+// data parallelism's buckets receive the weight gradients and see the block complete after W.
+static inline void gpt2_block_backward_input(GPT2* model, int slot, int l, const BlockGradKeep* k) {
+    if (model->params_memory == NULL) { die("the zero-bubble backward needs this rank's weights in place (not ZeRO-3)"); }
+    BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
+    BlockWeights gw;
+    memset(&gw, 0, sizeof(gw));   // no weight gradients in this half
+    BlockActs b = gpt2_block_acts(model, slot, l);
+    OpAt at = gpt2_at(model, slot, l);
+    const GPT2Ops* ops = &model->ops;
+    GradientBuffers d = model->bufs;
+    int B = at.B, Ts = at.Ts, C = model->config.channels;
+    int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), NH = gpt2_local_heads(model);
+    size_t BTsC = (size_t)B * Ts * C;
+    copy_device_to_device(k->dres3, d.dresidual, BTsC * sizeof(floatX));   // fcproj's dY
+    MLPActs mlp = {b.fch, b.fch_gelu, b.fcproj};
+    ops->mlp.backward(ops->mlp.ctx, &at, k->dln2, d.dresidual, &mlp, b.ln2, &w, &gw, k->dfch, C, H);   // dfch: fc's dY
+    layernorm_backward(d.dresidual, NULL, NULL, k->dln2, b.residual2, w.ln2w, b.ln2_mean, b.ln2_rstd, B, Ts, C);
+    copy_device_to_device(k->dres2, d.dresidual, BTsC * sizeof(floatX));   // attproj's dY
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_ATTPROJ, d.datty, NULL, NULL, d.dresidual, b.atty, w.attprojw, Ca, C);
+    ops->attention.backward(ops->attention.ctx, &at, k->dqkv, d.datty, b.qkv, b.att, Ca, NH);
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_QKV, k->dln1, NULL, NULL, k->dqkv, b.ln1, w.qkvw, C, Cq);
+    layernorm_backward(d.dresidual, NULL, NULL, k->dln1, b.residual, w.ln1w, b.ln1_mean, b.ln1_rstd, B, Ts, C);
+}
+
+static inline void gpt2_block_backward_weight(GPT2* model, int slot, int l, const BlockGradKeep* k) {
+    BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
+    BlockWeights gw = block_weights_in(model->grads_memory, model->param_info, &model->place, l);
+    hooks_block_backward_begin(&model->hooks, l, &w, &gw);
+    BlockActs b = gpt2_block_acts(model, slot, l);
+    OpAt at = gpt2_at(model, slot, l);
+    const GPT2Ops* ops = &model->ops;
+    int B = at.B, Ts = at.Ts, C = model->config.channels;
+    int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_FCPROJ, NULL, gw.fcprojw, gw.fcprojb, k->dres3, b.fch_gelu, w.fcprojw, H, C);
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_FC, NULL, gw.fcw, gw.fcb, k->dfch, b.ln2, w.fcw, C, H);
+    layernorm_backward(NULL, gw.ln2w, gw.ln2b, k->dln2, b.residual2, w.ln2w, b.ln2_mean, b.ln2_rstd, B, Ts, C);
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_ATTPROJ, NULL, gw.attprojw, gw.attprojb, k->dres2, b.atty, w.attprojw, Ca, C);
+    ops->linear.backward(ops->linear.ctx, &at, LINEAR_QKV, NULL, gw.qkvw, gw.qkvb, k->dqkv, b.ln1, w.qkvw, C, Cq);
+    layernorm_backward(NULL, gw.ln1w, gw.ln1b, k->dln1, b.residual, w.ln1w, b.ln1_mean, b.ln1_rstd, B, Ts, C);
+    hooks_block_backward_end(&model->hooks, l);
+}
+
 static inline void gpt2_embed_backward(GPT2* model, int slot) {
     ActivationTensors* a = &model->acts[slot];
     OpAt at = gpt2_at(model, slot, -1);
+    model->root_in_pass = 1;
     model->ops.embedding.backward(model->ops.embedding.ctx, &at, model->root_grads.wte, model->root_grads.wpe, model->bufs.dresidual,
                                   a->inputs, model->config.channels);
 }

@@ -3,7 +3,8 @@
 //
 // A rank holds a shard of the model, described by its place (GPT2Place):
 //   tensor parallelism   tp ranks split the matrices; this rank is tp_rank of them
-//   pipeline stage       this rank runs layers [layer_begin, layer_end)
+//   pipeline stage       this rank runs layers [layer_begin, layer_end), or with interleaved
+//                        stages v chunks of them: [begin + c stride, end + c stride), c < v
 //   embedding / head     whether it runs the embedding (first stage) and the head (last stage)
 // One rank with the whole model is {tp 1, layers [0, L), embedding, head}: the table is then
 // exactly llm.c's. Every tensor carries a shard rule (Megatron's split, seed 002):
@@ -77,14 +78,33 @@ typedef struct {
     int has_embedding, has_head;   // first stage: wte/wpe lookup; last stage: lnf, LM head, loss
     int sp;                        // sequence parallelism: the residual stream (layernorms, residual
                                    // adds, the embedding's output) holds T/tp of the tokens here
+    int chunks, chunk_stride;      // interleaved pipeline: v model chunks of end - begin layers each,
+                                   // chunk c at [begin + c stride, end + c stride) (1 and 0 otherwise)
 } GPT2Place;
 
 static inline GPT2Place gpt2_place_whole(const GPT2Config* c) {
-    GPT2Place p = {1, 0, 0, c->num_layers, 1, 1, 0};
+    GPT2Place p = {1, 0, 0, c->num_layers, 1, 1, 0, 1, 0};
     return p;
 }
 static inline int gpt2_place_is_whole(const GPT2Place* p, const GPT2Config* c) {
-    return p->tp == 1 && p->layer_begin == 0 && p->layer_end == c->num_layers && p->has_embedding && p->has_head;
+    return p->tp == 1 && p->layer_begin == 0 && p->layer_end == c->num_layers && p->has_embedding && p->has_head &&
+           p->chunks == 1;
+}
+// The stage's layers: chunks x (end - begin) of them, numbered locally 0, 1, ... chunk by chunk.
+static inline int gpt2_place_chunk_layers(const GPT2Place* p) { return p->layer_end - p->layer_begin; }
+static inline int gpt2_place_num_layers(const GPT2Place* p) { return p->chunks * gpt2_place_chunk_layers(p); }
+// global layer of local layer li, and back (-1: not on this stage)
+static inline int gpt2_place_layer(const GPT2Place* p, int li) {
+    int n = gpt2_place_chunk_layers(p);
+    return p->layer_begin + (li / n) * p->chunk_stride + li % n;
+}
+static inline int gpt2_place_local(const GPT2Place* p, int l) {
+    int n = gpt2_place_chunk_layers(p);
+    for (int c = 0; c < p->chunks; c++) {
+        int b = p->layer_begin + c * p->chunk_stride;
+        if (l >= b && l < b + n) { return c * n + (l - b); }
+    }
+    return -1;
 }
 // tokens of a T-token sequence that this rank's residual stream holds
 static inline int gpt2_place_stream_tokens(const GPT2Place* p, int T) { return p->sp ? T / p->tp : T; }
@@ -95,6 +115,11 @@ static inline void gpt2_place_check(const GPT2Place* p, const GPT2Config* c) {
     if (p->layer_begin < 0 || p->layer_end > c->num_layers || p->layer_begin >= p->layer_end) {
         die("a pipeline stage needs at least one of the %d layers: [%d, %d) is empty or out of range", c->num_layers,
             p->layer_begin, p->layer_end);
+    }
+    if (p->chunks < 1 || (p->chunks > 1 && (p->chunk_stride < p->layer_end - p->layer_begin ||
+                                            p->layer_end + (p->chunks - 1) * p->chunk_stride > c->num_layers))) {
+        die("%d interleaved chunks of layers [%d, %d) every %d layers do not fit the model's %d layers", p->chunks,
+            p->layer_begin, p->layer_end, p->chunk_stride, c->num_layers);
     }
     if (c->num_heads % p->tp != 0) { die("tensor parallelism %d does not divide the %d attention heads", p->tp, c->num_heads); }
     if ((4 * c->channels) % p->tp != 0 || c->channels % p->tp != 0) {
@@ -179,7 +204,7 @@ static inline void fill_param_table(ParamInfo* t, const GPT2Config* cfg, const G
         int d0 = p->layered ? 1 : 0;   // the first dimension inside one layer
         int held = p->layered || (p->used_by & USE_EMBEDDING && place->has_embedding) ||
                    (p->used_by & USE_HEAD && place->has_head);
-        if (p->layered) { p->shape[0] = place->layer_end - place->layer_begin; }
+        if (p->layered) { p->shape[0] = gpt2_place_num_layers(place); }
         if (p->shard == SHARD_COLUMNS || p->shard == SHARD_HEADS || p->shard == SHARD_VOCAB) { p->shape[d0] /= place->tp; }
         if (p->shard == SHARD_ROWS) { p->shape[d0 + 1] /= place->tp; }
         size_t n = held ? 1 : 0;
@@ -211,20 +236,18 @@ static inline size_t param_table_total(const ParamInfo* t) {
 // rows = the first dimension inside a layer, cols = the rest. COLUMNS and VOCAB keep a block of
 // rows, ROWS a block of cols, HEADS a block of rows in each of the q, k, v thirds.
 
-static inline void param_slice_geometry(const ParamInfo* p, const GPT2Place* place, size_t* layers0, size_t* nlayers,
-                                        size_t* rows, size_t* cols) {
+static inline void param_slice_geometry(const ParamInfo* p, size_t* nlayers, size_t* rows, size_t* cols) {
     int d0 = p->layered ? 1 : 0;
-    *layers0 = p->layered ? (size_t)place->layer_begin : 0;
     *nlayers = p->layered ? (size_t)p->shape[0] : 1;
     *rows = (size_t)p->full[d0];
     *cols = 1;
     for (int d = d0 + 1; d < p->ndim; d++) { *cols *= (size_t)p->full[d]; }
 }
 
-// index in the full tensor of local element (layer l, local row r, local col c)
+// index in the full tensor of local element (local layer l, local row r, local col c)
 static inline size_t param_full_index(const ParamInfo* p, const GPT2Place* place, size_t l, size_t r, size_t c) {
-    size_t layer0, nl, rows, cols;
-    param_slice_geometry(p, place, &layer0, &nl, &rows, &cols);
+    size_t nl, rows, cols;
+    param_slice_geometry(p, &nl, &rows, &cols);
     size_t tp = (size_t)place->tp, t = (size_t)place->tp_rank, fr = r, fc = c;
     if (p->shard == SHARD_COLUMNS || p->shard == SHARD_VOCAB) { fr = t * (rows / tp) + r; }
     if (p->shard == SHARD_HEADS) {   // local rows: [q of my heads][k of my heads][v of my heads]
@@ -232,14 +255,15 @@ static inline size_t param_full_index(const ParamInfo* p, const GPT2Place* place
         fr = (r / mine) * third + t * mine + r % mine;
     }
     if (p->shard == SHARD_ROWS) { fc = t * (cols / tp) + c; }
-    return ((layer0 + l) * rows + fr) * cols + fc;
+    size_t layer = p->layered ? (size_t)gpt2_place_layer(place, (int)l) : 0;
+    return (layer * rows + fr) * cols + fc;
 }
 
 // full -> local (to_local = 1) or local -> full (0), for one tensor
 static inline void param_slice_copy(const ParamInfo* p, const GPT2Place* place, float* full, float* local, int to_local) {
     if (p->numel == 0) { return; }
-    size_t layer0, nl, rows, cols;
-    param_slice_geometry(p, place, &layer0, &nl, &rows, &cols);
+    size_t nl, rows, cols;
+    param_slice_geometry(p, &nl, &rows, &cols);
     size_t lrows = p->shard == SHARD_ROWS || p->shard == SHARD_REPLICATED ? rows : rows / (size_t)place->tp;
     size_t lcols = p->shard == SHARD_ROWS ? cols / (size_t)place->tp : cols;
     size_t k = 0;
@@ -285,7 +309,9 @@ static inline BlockWeights block_weights_in(floatX* flat, const ParamInfo* table
     BlockWeights w;
     memset(&w, 0, sizeof(w));
     if (flat == NULL) { return w; }   // nothing there (ZeRO-3): the hooks fill the pointers in
-    size_t nl = (size_t)(place->layer_end - place->layer_begin), li = (size_t)(l - place->layer_begin);
+    int local = gpt2_place_local(place, l);
+    if (local < 0) { die("block %d is not on this pipeline stage", l); }
+    size_t nl = (size_t)gpt2_place_num_layers(place), li = (size_t)local;
     for (int k = 0; k < NUM_BLOCK_TENSORS; k++) {
         const ParamInfo* p = &table[FIRST_BLOCK_TENSOR + k];
         *block_tensor(&w, k) = flat + p->offset + li * (p->numel / nl);

@@ -34,6 +34,9 @@ typedef struct {
     const char* name;
     void* ctx;
     float (*run)(void* ctx, GPT2* model, const MicroBatchSource* batches, int n, float dloss);
+    // forward only (evaluation): the sum over the batch's tokens of w_i * CE_i, on every rank
+    // (NULL: step_forward_loss, the whole model on this rank)
+    double (*loss)(void* ctx, GPT2* model, const MicroBatch* mb);
 } GPT2Step;
 
 // one micro-batch on slot 0: forward, loss (writing dlogits), backward
@@ -59,7 +62,18 @@ static inline float step_grad_accum_run(void* ctx, GPT2* model, const MicroBatch
     return loss;
 }
 
+static inline double step_forward_loss(void* ctx, GPT2* model, const MicroBatch* mb) {
+    (void)ctx;
+    gpt2_forward(model, mb->inputs, mb->B, mb->T);
+    return gpt2_classifier(model, mb->targets, mb->weights, 0.0f, 0);
+}
+
+// the evaluation's forward through whichever step is in charge
+static inline double step_loss(const GPT2Step* s, GPT2* model, const MicroBatch* mb) {
+    return s->loss ? s->loss(s->ctx, model, mb) : step_forward_loss(NULL, model, mb);
+}
+
 static inline GPT2Step step_grad_accum(void) {
-    GPT2Step s = {"gradient accumulation", NULL, step_grad_accum_run};
+    GPT2Step s = {"gradient accumulation", NULL, step_grad_accum_run, step_forward_loss};
     return s;
 }

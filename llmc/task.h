@@ -59,14 +59,15 @@ static inline MicroBatchSource task_batches(Task* t) {
 
 // ---- shared by the tasks
 
-// mean cross-entropy per token over `batches` batches of a token-shard loader
-static inline float validation_loss(GPT2* model, DataLoader* val, int batches) {
+// mean cross-entropy per token over `batches` batches of a token-shard loader, through the
+// plan's step (a pipeline runs the forward stage by stage)
+static inline float validation_loss(const GPT2Step* step, GPT2* model, DataLoader* val, int batches) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(val);
-        gpt2_forward(model, val->inputs, val->B, val->T);
-        sum += gpt2_classifier(model, val->targets, NULL, 0.0f, 0) / ((double)val->B * val->T);
+        MicroBatch mb = {val->inputs, val->targets, NULL, val->B, val->T};
+        sum += step_loss(step, model, &mb) / ((double)val->B * val->T);
     }
     return (float)(sum / batches);
 }

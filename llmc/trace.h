@@ -2,8 +2,10 @@
 // (ui.perfetto.dev) or chrome://tracing opens. One process per rank, one thread (track) per
 // stream of work: track 0 is compute (the main thread), track 1 is communication (the DP
 // communication thread, llmc/parallel/dp.h), track 2 the tensor-parallel collectives (run by the
-// main thread, llmc/parallel/tp.h: they never overlap compute). Where the bars of tracks 0 and 1
-// overlap in time, communication is hidden behind compute.
+// main thread, llmc/parallel/tp.h: they never overlap compute), track 3 the pipeline's sends and
+// receives (llmc/parallel/pp.h; its F/B/W actions are on track 0, so each rank's compute track is
+// its stage's row of the schedule's timeline). Where the bars of tracks 0 and 1 overlap in time,
+// communication is hidden behind compute.
 //
 // Each rank records into memory; at the end rank 0 collects every rank's events and writes one
 // file (trace_write). Timestamps are microseconds since a barrier all ranks passed together.
@@ -28,7 +30,8 @@ typedef struct {
 } Trace;
 
 static Trace g_trace;
-static const char* TRACE_TRACK_NAMES[3] = {"compute", "communication", "tensor-parallel communication"};
+static const char* TRACE_TRACK_NAMES[4] = {"compute", "communication", "tensor-parallel communication",
+                                          "pipeline sends and receives"};
 
 static inline void trace_start(void) {
     g_trace.enabled = 1;
@@ -49,7 +52,7 @@ static inline void trace_event(const char* name, int track, double start) {
 static inline std::string trace_json_events(int rank) {
     std::string out;
     char buf[512];
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         snprintf(buf, sizeof(buf), "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
                  rank, t, TRACE_TRACK_NAMES[t]);
         out += buf;

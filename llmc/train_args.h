@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "rlvr.h"
 #include "checkpoint.h"
+#include "parallel/pp_schedule.h"
 
 typedef struct {
     const char* model;
@@ -33,6 +34,10 @@ typedef struct {
     int dp, zero, ps_servers, offload;
     // tensor and sequence parallelism
     int tp, sp;
+    // pipeline parallelism
+    int pp, pp_chunks, pp_print;
+    const char* pp_schedule;
+    const char* pp_split;
     const char* dp_mode;
     const char* comm_algo;
     float bucket_mb;
@@ -63,6 +68,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
     a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
     a->tp = 1;
+    a->pp = 1; a->pp_schedule = "1f1b";
     a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
     a->task = "pretrain";
     a->sft_train = "data/arithmetic/sft_train_*.bin";
@@ -108,6 +114,11 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"dp", ARG_INT, &a->dp, "data-parallel ranks, 0 = all the ranks mpirun started"},
         {"tp", ARG_INT, &a->tp, "tensor-parallel ranks (Megatron): the matrices, heads and vocabulary split tp ways"},
         {"sp", ARG_SWITCH, &a->sp, "sequence parallelism with --tp: layernorms and residuals on T/tp tokens per rank"},
+        {"pp", ARG_INT, &a->pp, "pipeline-parallel stages: the layers split over pp ranks (micro-batches = --grad-accum)"},
+        {"pp-schedule", ARG_STRING, &a->pp_schedule, "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1"},
+        {"pp-chunks", ARG_INT, &a->pp_chunks, "interleaved: model chunks v per stage (default 2)"},
+        {"pp-split", ARG_STRING, &a->pp_split, "layers per stage, comma-separated (e.g. 2,4), instead of the even split"},
+        {"pp-print", ARG_SWITCH, &a->pp_print, "print the pipeline schedule as a timeline (F/B/W by micro-batch, one row per stage)"},
         {"dp-mode", ARG_STRING, &a->dp_mode, "naive (one all-reduce), ddp (bucketed, overlapped), ps (parameter server)"},
         {"zero", ARG_INT, &a->zero, "ZeRO stage 0-3 (1: optimizer state, 2: + gradients, 3: + parameters sharded)"},
         {"bucket-mb", ARG_FLOAT, &a->bucket_mb, "gradient bucket size in MiB (ddp, ZeRO-1/2)"},
@@ -153,6 +164,26 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if (a->sp && a->tp < 2) { die("--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); }
     if (a->sp && a->seq % a->tp != 0) { die("--sp: the sequence length %d is not divisible by --tp %d", a->seq, a->tp); }
     if (a->zero < 0 || a->zero > 3) { die("--zero must be 0, 1, 2 or 3, got %d", a->zero); }
+    if (a->pp < 1) { die("--pp must be >= 1, got %d", a->pp); }
+    if (pp_schedule_parse(a->pp_schedule) < 0) {
+        die("--pp-schedule must be gpipe, 1f1b, interleaved or zb-h1, got '%s'", a->pp_schedule);
+    }
+    if (a->pp_chunks < 0) { die("--pp-chunks must be >= 1, got %d", a->pp_chunks); }
+    if (a->pp_chunks == 0) { a->pp_chunks = pp_schedule_parse(a->pp_schedule) == PP_INTERLEAVED ? 2 : 1; }
+    if ((a->pp_split || a->pp_print || a->pp_chunks > 1 || strcmp(a->pp_schedule, "1f1b") != 0) && a->pp < 2) {
+        die("--pp-schedule, --pp-chunks, --pp-split and --pp-print shape a pipeline: they need --pp 2 or more");
+    }
+    if (a->pp > 1) {
+        std::string err = pp_schedule_check(pp_schedule_parse(a->pp_schedule), a->pp, a->grad_accum, a->pp_chunks);
+        if (!err.empty()) { die("--pp %d --pp-schedule %s --grad-accum %d: %s", a->pp, a->pp_schedule, a->grad_accum, err.c_str()); }
+        if (strcmp(a->task, "rlvr") == 0) {
+            die("--task rlvr samples its rollouts with the whole model on each rank: it does not run with --pp (use --tp or --dp)");
+        }
+        if (a->zero == 3) {
+            die("--zero 3 with --pp is not built: ZeRO-3 gathers a stage's weights per layer in its hooks, which the "
+                "pipeline's passes over chunks and micro-batches would have to drive; use --zero 1 or 2");
+        }
+    }
     if (strcmp(a->dp_mode, "naive") != 0 && strcmp(a->dp_mode, "ddp") != 0 && strcmp(a->dp_mode, "ps") != 0) {
         die("--dp-mode must be naive, ddp or ps, got '%s'", a->dp_mode);
     }

@@ -306,7 +306,7 @@ static void test_step(void) {
         GPT2 m;
         fresh_model(&m);
         GPT2Step fwd = step_grad_accum();
-        GPT2Step rev = {"reverse", NULL, reverse_step_run};
+        GPT2Step rev = {"reverse", NULL, reverse_step_run, NULL};
         float lf, lr;
         std::vector<float> gf = run_step(&m, &fwd, &b, &lf);
         OrderLog log;
@@ -352,7 +352,7 @@ static void test_shards(void) {
         int shapes_ok = 1;
         for (int s = 0; s < cs.stages; s++) {
             for (int t = 0; t < cs.tp; t++) {
-                GPT2Place p = {cs.tp, t, s * L / cs.stages, (s + 1) * L / cs.stages, s == 0, s == cs.stages - 1, 0};
+                GPT2Place p = {cs.tp, t, s * L / cs.stages, (s + 1) * L / cs.stages, s == 0, s == cs.stages - 1, 0, 1, 0};
                 gpt2_place_check(&p, &c);
                 ParamInfo local[NUM_PARAMETER_TENSORS];
                 fill_param_table(local, &c, &p);
@@ -390,7 +390,7 @@ static void test_shards(void) {
     GPT2 whole_m, shard_m;
     gpt2_build(&whole_m, &c);
     gpt2_init_random(&whole_m, 5);
-    GPT2Place p = {2, 1, 1, 3, 0, 1, 0};
+    GPT2Place p = {2, 1, 1, 3, 0, 1, 0, 1, 0};
     gpt2_build_shard(&shard_m, &c, &p);
     gpt2_init_random(&shard_m, 5);
     std::vector<float> w = host_copy(whole_m.params_memory, whole_m.num_parameters);
@@ -403,7 +403,7 @@ static void test_shards(void) {
     std::vector<std::vector<float>> locals;
     for (int st = 0; st < 3; st++) {
         for (int t = 0; t < 2; t++) {
-            GPT2Place q = {2, t, st, st + 1, st == 0, st == 2, 0};
+            GPT2Place q = {2, t, st, st + 1, st == 0, st == 2, 0, 1, 0};
             GPT2 part;
             gpt2_build_shard(&part, &c, &q);
             gpt2_init_random(&part, 5);

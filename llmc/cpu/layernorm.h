@@ -33,9 +33,9 @@ static inline void layernorm_backward(float* dinp, float* dweight, float* dbias,
                                const float* inp, const float* weight, const float* mean,
                                const float* rstd, int B, int T, int C) {
     int N = B * T;
-    // 1) input gradient: rows are independent
+    // 1) input gradient: rows are independent (skipped when dinp is NULL: the zero-bubble W pass)
     #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < (dinp != NULL ? N : 0); i++) {
         const float* x = inp + (size_t)i * C;
         const float* dy = dout + (size_t)i * C;
         float m = mean[i], s = rstd[i];
@@ -55,8 +55,9 @@ static inline void layernorm_backward(float* dinp, float* dweight, float* dbias,
     }
     // 2) weight and bias gradients: a sum over rows. Each thread owns 16 channels and
     //    walks every row in order: no races, same result for any thread count.
+    //    (skipped when dweight is NULL: the zero-bubble B pass)
     const int CB = 16;
-    int nblocks = (C + CB - 1) / CB;
+    int nblocks = dweight != NULL ? (C + CB - 1) / CB : 0;
     #pragma omp parallel for
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;

@@ -48,14 +48,14 @@ static inline void matmul_forward_naive(float* out, const float* inp, const floa
 static inline void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const float* dout,
                                          const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    for (int bt = 0; bt < BT; bt++) {
+    for (int bt = 0; bt < BT && dinp != NULL; bt++) {
         for (int c = 0; c < C; c++) {
             float val = 0.0f;
             for (int o = 0; o < OC; o++) { val += dout[(size_t)bt * OC + o] * weight[(size_t)o * C + c]; }
             dinp[(size_t)bt * C + c] = val;
         }
     }
-    for (int o = 0; o < OC; o++) {
+    for (int o = 0; o < OC && dweight != NULL; o++) {
         for (int c = 0; c < C; c++) {
             float val = 0.0f;
             for (int bt = 0; bt < BT; bt++) { val += dout[(size_t)bt * OC + o] * inp[(size_t)bt * C + c]; }
@@ -240,7 +240,8 @@ static inline void matmul_forward_blocked(float* out, const float* inp, const fl
 static inline void matmul_backward_blocked(float* dinp, float* dweight, float* dbias, const float* dout,
                                            const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    gemm_blocked(BT, C, OC, dout, OC, 1, weight, C, 1, dinp, C, false);  // dinp = dout . weight
+    if (dinp != NULL) { gemm_blocked(BT, C, OC, dout, OC, 1, weight, C, 1, dinp, C, false); }  // dinp = dout . weight
+    if (dweight == NULL) { return; }
     gemm_blocked(OC, C, BT, dout, 1, OC, inp, C, 1, dweight, C, true);   // dweight += dout^T . inp
     if (dbias != NULL) { matmul_bias_backward(dbias, dout, BT, OC); }
 }
@@ -289,12 +290,12 @@ static inline void matmul_backward_openblas(float* dinp, float* dweight, float* 
     {
         int lo, hi;
         mm_thread_slice(C, &lo, &hi);
-        if (hi > lo) {  // dinp[:, lo:hi] (BT x n) = dout (BT x OC) . weight[:, lo:hi] (OC x n)
+        if (hi > lo && dinp != NULL) {  // dinp[:, lo:hi] (BT x n) = dout (BT x OC) . weight[:, lo:hi] (OC x n)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, hi - lo, OC,
                         1.0f, dout, OC, weight + lo, C, 0.0f, dinp + lo, C);
         }
         mm_thread_slice(OC, &lo, &hi);
-        if (hi > lo) {  // dweight[lo:hi, :] (n x C) += dout[:, lo:hi]^T (n x BT) . inp (BT x C)
+        if (hi > lo && dweight != NULL) {  // dweight[lo:hi, :] (n x C) += dout[:, lo:hi]^T (n x BT) . inp (BT x C)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, C, BT,
                         1.0f, dout + lo, OC, inp, C, 1.0f, dweight + (size_t)lo * C, C);
         }
@@ -315,6 +316,8 @@ static inline void matmul_forward(float* out, const float* inp, const float* wei
 #endif
 }
 
+// Either half may be skipped: dinp == NULL (no input gradient) or dweight == NULL (no weight or
+// bias gradient), as the zero-bubble pipeline's B and W passes ask (llmc/gpt2.h).
 static inline void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                    const float* inp, const float* weight, int B, int T, int C, int OC) {
 #ifdef LLMC_OPENBLAS

@@ -96,8 +96,11 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int N = B * T;
-    layernorm_backward_dinp_kernel<<<(int)ceil_div(N, 8), 256>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    cudaCheckLaunch();
+    if (dinp != NULL) {   // NULL: the zero-bubble W pass wants the weight gradients only
+        layernorm_backward_dinp_kernel<<<(int)ceil_div(N, 8), 256>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+        cudaCheckLaunch();
+    }
+    if (dweight == NULL) { return; }   // the zero-bubble B pass: the input gradient only
     int nchunks = (int)ceil_div(N, LN_ROWS_PER_CHUNK);
     float* partial = (float*)scratch_reserve(&scratch, &scratch_cap, 2 * (size_t)nchunks * C * sizeof(float));
     float* partial_w = partial;

@@ -221,7 +221,9 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int BT = B * T;
-    cublaslt_gemm_or_die(dinp, weight, dout, C, BT, OC, C, OC, C, 0, 0, 0.0f);
+    // either half may be skipped (NULL), as the zero-bubble pipeline's B and W passes ask
+    if (dinp != NULL) { cublaslt_gemm_or_die(dinp, weight, dout, C, BT, OC, C, OC, C, 0, 0, 0.0f); }
+    if (dweight == NULL) { return; }
     cublaslt_gemm_or_die(dweight, inp, dout, C, OC, BT, C, OC, C, 0, 1, 1.0f);
     if (dbias) {
         int nchunks = (int)ceil_div(BT, BIAS_ROWS_PER_CHUNK);

@@ -5,10 +5,13 @@
 // the tensors outside the blocks (wte, wpe, lnfw, lnfb) last of all: wte is also the LM head,
 // and its gradient is complete only after the encoder's backward. So the parameters fall into
 // units, read off the parameter table (llmc/params.h):
-//   unit l  (l = 0 .. nl-1)  block layer_begin + l of this stage: slice l of every layered tensor
+//   unit l  (l = 0 .. nl-1)  the stage's l-th block (llmc/params.h's local layer index): slice l
+//                            of every layered tensor
 //   unit nl ("root")         every tensor outside the blocks that this rank holds, in table order
 // ready in the order nl-1, ..., 1, 0, root. On one rank holding the whole model: L + 1 units,
-// the root = wte, wpe, lnfw, lnfb.
+// the root = wte, wpe, lnfw, lnfb. An interleaved pipeline stage (llmc/parallel/pp.h) runs its
+// v chunks in separate backward passes: a bucket then never spans two chunks, and the root gets
+// a bucket of its own, so that every bucket is complete at the end of one pass.
 //
 // Buckets. A bucket is a run of consecutive units in that order, up to --bucket-mb; its
 // gradients live packed in one contiguous buffer (each unit's tensors one after another), so
@@ -29,12 +32,13 @@
 // ---------------------------------------------------------------------------------------
 // The layout
 
-static inline int dp_unit_of_layer(const DataParallel* dp, int l) { return l - dp->model->place.layer_begin; }
+static inline int dp_unit_of_layer(const DataParallel* dp, int l) { return gpt2_place_local(&dp->model->place, l); }
 
 static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
     GPT2* model = dp->model;
     const ParamInfo* info = model->param_info;
-    int nl = model->place.layer_end - model->place.layer_begin;   // the stage's layers
+    int nl = gpt2_local_layers(model);   // the stage's layers (all its chunks)
+    int per_chunk = gpt2_slot_layers(model), chunked = model->place.chunks > 1;
     dp->unit_slices.assign(nl, std::vector<Slice>());
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (!info[i].layered) { continue; }
@@ -65,11 +69,15 @@ static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
     dp->unit_bucket.assign(dp->num_units, -1);
     dp->unit_offset.assign(dp->num_units, 0);
     dp->buckets.clear();
+    int prev_chunk = -1;
     for (int u : order) {
         size_t n = 0;
         for (const Slice& s : dp->unit_slices[u]) { n += s.count; }
+        int chunk = u == dp->root_unit ? -1 : u / per_chunk;
         bool fits = !dp->buckets.empty() && !one_unit_per_bucket &&
-                    (dp->buckets.back().count + n) * sizeof(floatX) <= dp->bucket_bytes;
+                    (dp->buckets.back().count + n) * sizeof(floatX) <= dp->bucket_bytes &&
+                    (!(chunked || dp->root_deferred) || chunk == prev_chunk);
+        prev_chunk = chunk;
         if (!fits) { dp->buckets.push_back(Bucket{}); }
         Bucket* b = &dp->buckets.back();
         dp->unit_bucket[u] = (int)dp->buckets.size() - 1;
@@ -83,6 +91,7 @@ static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
     }
     dp->psi_pad = 0;
     for (Bucket& b : dp->buckets) {
+        b.pending = (int)b.units.size();
         b.padded = ceil_div(b.count, dp->N) * dp->N;
         b.shard = b.padded / dp->N;
         dp->psi_pad += b.padded;
@@ -208,18 +217,19 @@ static inline floatX* bucket_grad_buffer(DataParallel* dp, int unit) {
 }
 
 // A bucket whose last unit is done goes to the communication thread: the mode says with
-// which collective (bucket_ready: DDP all-reduces, ZeRO reduce-scatters).
+// which collective (bucket_ready: DDP all-reduces, ZeRO reduce-scatters). The count starts
+// again for the next backward pass.
 static inline void bucket_unit_done(DataParallel* dp, int unit) {
     int b = dp->unit_bucket[unit];
     Bucket* bk = &dp->buckets[b];
-    if (--bk->pending > 0 || !dp->sync) { return; }
-    dp->ops->bucket_ready(dp, b);
+    if (--bk->pending > 0) { return; }
+    bk->pending = (int)bk->units.size();
+    if (dp->sync) { dp->ops->bucket_ready(dp, b); }
 }
 
 static inline void bucket_backward_begin(void* ctx, ParameterTensors* root, ParameterTensors* root_grads) {
     (void)root;
     DataParallel* dp = (DataParallel*)ctx;
-    for (Bucket& b : dp->buckets) { b.pending = (int)b.units.size(); }
     if (dp->root_unit >= 0) { dp_root_pointers(dp, bucket_grad_buffer(dp, dp->root_unit), root_grads); }
 }
 static inline void bucket_block_backward_begin(void* ctx, int l, BlockWeights* w, BlockWeights* grads) {
@@ -238,7 +248,21 @@ static inline void bucket_block_backward_end(void* ctx, int l) {
 }
 static inline void bucket_backward_end(void* ctx) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (dp->root_unit >= 0) { bucket_unit_done(dp, dp->root_unit); }
+    // the root's unit is done in the pass that ran the head or the embedding (a pipeline stage's
+    // other chunks run passes without them)
+    if (dp->root_unit >= 0 && dp->model->root_in_pass && !dp->root_deferred) { bucket_unit_done(dp, dp->root_unit); }
+}
+
+// A pipeline stage's root (the tied wte among it) is whole only after the embedding group has
+// summed the first and the last stage's parts (llmc/parallel/pp.h), after the step's last
+// backward: the pipeline calls this then, and the root's bucket goes to the communication thread.
+static inline void dp_root_done(void* ctx) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (!dp->root_deferred || dp->root_unit < 0 || dp->buckets.empty()) { return; }
+    int sync = dp->sync;
+    dp->sync = 1;
+    bucket_unit_done(dp, dp->root_unit);
+    dp->sync = sync;
 }
 
 static inline void bucket_install_hooks(DataParallel* dp, const char* name) {

@@ -37,7 +37,8 @@ typedef struct {
     int use_ring;         // 1: our ring collectives (bytes counted), 0: the native ones
     int ps_servers;       // parameter server: ranks 0 .. S-1 serve
     double bucket_mb;     // gradient bucket size in MiB
-    ShardGroup shards;    // the ranks with the other shards of this replica (tensor parallelism), or none
+    ShardGroup shards;    // the ranks with the other shards of this replica (tensor, pipeline parallelism), or none
+    int defer_root;       // pipeline: the root's gradients are reduced when dp_root_done says so
 } DPConfig;
 
 static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MODE_PS,
@@ -88,6 +89,7 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->rank = comm->rank;
     dp->model = model;
     dp->shards = cfg->shards;
+    dp->root_deferred = cfg->defer_root;
     dp->psi = model->num_parameters;
     dp->psi_pad = model->num_parameters;
     dp->thread = std::thread(dp_thread_main, dp);

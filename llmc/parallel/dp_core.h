@@ -90,7 +90,9 @@ typedef struct DataParallel {
     Comm* comm;                   // the data-parallel group
     int N, rank;
     GPT2* model;
-    ShardGroup shards;            // the other shards of this replica (tensor parallelism)
+    ShardGroup shards;            // the other shards of this replica (tensor and pipeline parallelism)
+    int root_deferred;            // pipeline: the root's gradients are whole only after the embedding
+                                  // group's sum, which then calls dp_root_done (buckets.h)
     // layout (buckets.h): units 0 .. nl-1 are the stage's blocks (local index), then the root
     std::vector<Bucket> buckets;
     int num_units, root_unit;              // root_unit = nl, or -1 when the stage holds no tensor outside the blocks

@@ -123,13 +123,15 @@ static inline void dp_own_flat_range(DataParallel* dp, size_t o, size_t n) {
 
 // squared norm of what this rank owns; when the owners are disjoint (ZeRO, parameter server)
 // the parts are summed over the ranks (8 bytes, not counted), else every rank has it all. With
-// tensor parallelism the shards of the replica are summed too (dp->shards), a replicated
-// tensor counted on tp rank 0 only.
+// tensor and pipeline parallelism the shards of the replica are summed too (dp->shards), a
+// replicated tensor counted on tp rank 0 only and the tied wte on the first stage only.
 static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
     GPT2* m = dp->model;
     double sq = 0.0;
     for (const OptSegment& s : dp->segments) {
         if (m->place.tp_rank != 0 && m->param_info[s.tensor].shard == SHARD_REPLICATED) { continue; }
+        // the last pipeline stage's copy of the tied wte (the LM head) is counted by the first
+        if (m->param_info[s.tensor].used_by == (USE_EMBEDDING | USE_HEAD) && !m->place.has_embedding) { continue; }
         float part;
         global_norm_squared(m->norm_squared, s.grad, s.n);
         copy_device_to_host(&part, m->norm_squared, sizeof(float));

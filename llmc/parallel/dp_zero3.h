@@ -60,7 +60,7 @@ static inline void zero3_block_forward_begin(void* ctx, int l, BlockWeights* w) 
     DataParallel* dp = (DataParallel*)ctx;
     int u = dp_unit_of_layer(dp, l);
     dp_block_pointers(dp, u, zero3_ensure(dp, dp->unit_bucket[u]), w);
-    if (l + 1 < dp->model->place.layer_end) { zero3_gather(dp, dp->unit_bucket[u + 1]); }   // prefetch
+    if (u + 1 < gpt2_local_layers(dp->model)) { zero3_gather(dp, dp->unit_bucket[u + 1]); }   // prefetch
 }
 static inline void zero3_block_forward_end(void* ctx, int l) {
     DataParallel* dp = (DataParallel*)ctx;
@@ -74,7 +74,7 @@ static inline void zero3_backward_begin(void* ctx, ParameterTensors* root, Param
         rb->grad = dp_take_grad_bucket(dp, rb);
         dp_root_pointers(dp, rb->grad, root_grads);
     }
-    int last = dp->model->place.layer_end - dp->model->place.layer_begin - 1;
+    int last = gpt2_local_layers(dp->model) - 1;
     zero3_gather(dp, dp->unit_bucket[last]);   // prefetch the last block
 }
 static inline void zero3_block_backward_begin(void* ctx, int l, BlockWeights* w, BlockWeights* grads) {

@@ -27,6 +27,7 @@
 #include "mesh.h"
 #include "dp.h"
 #include "tp.h"
+#include "pp.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -35,9 +36,12 @@ typedef struct {
     int use_dp;             // data parallelism's layer is on (several ranks, or a DP flag on one)
     int ndp, dp_rank;       // data-parallel size and this rank's index (1 and 0 without it)
     int ntp;                // tensor-parallel size (1 without it)
+    int npp;                // pipeline stages (1 without it)
+    std::vector<int> pp_split;   // --pp-split: layers per stage (empty: the even split)
     Mesh mesh;
     DataParallel dp;
     TensorParallel tp;      // with ntp > 1: the ops of llmc/parallel/tp.h on the mesh's tp group
+    PipelineParallel pp;    // with npp > 1: the schedule's executor (llmc/parallel/pp.h) is the step
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
@@ -58,27 +62,39 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     memset(&plan->mesh, 0, sizeof(plan->mesh));
     plan->step = step_grad_accum();
     plan->ntp = args->tp;
+    plan->npp = args->pp;
     memset(&plan->tp, 0, sizeof(plan->tp));
-    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1)) {
-        die("data and tensor parallelism (--dp, --dp-mode, --zero, --offload, --tp) need the MPI build: apt-get install "
-            "libopenmpi-dev, then make");
+    plan->pp.comm = NULL;
+    plan->pp_split.clear();
+    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1 || args->pp > 1)) {
+        die("data, tensor and pipeline parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp) need the MPI build: "
+            "apt-get install libopenmpi-dev, then make");
+    }
+    for (const char* s = args->pp_split; s && *s;) {   // "2,4,2": layers per stage
+        char* end;
+        long n = strtol(s, &end, 10);
+        if (end == s || (*end != ',' && *end != 0)) { die("--pp-split must be comma-separated layer counts, got '%s'", args->pp_split); }
+        plan->pp_split.push_back((int)n);
+        s = *end ? end + 1 : end;
     }
     // The data-parallel communication thread calls MPI while the main thread computes. Alone,
-    // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor parallelism
-    // the main thread's collectives on the tp group run while the thread reduces gradients on
-    // the dp group, which needs MPI_THREAD_MULTIPLE.
-    int need = args->tp > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
+    // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
+    // parallelism the main thread's collectives and messages on the tp and pp groups run while
+    // the thread reduces gradients on the dp group, which needs MPI_THREAD_MULTIPLE.
+    int multi = args->tp > 1 || args->pp > 1;
+    int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
         die("this MPI library does not provide %s%s", need == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED",
-            args->tp > 1 ? " (--tp: tp and dp collectives run in two threads at once)" : "");
+            multi ? " (--tp/--pp: their messages and the dp collectives run in two threads at once)" : "");
     }
     plan->world = comm_init_world(argc, argv);
     plan->rank = plan->world.rank;
     plan->world_size = plan->world.size;
     plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
-    if (plan->world_size % args->tp != 0) {
-        die("--tp %d does not divide the %d ranks mpirun started [rank %d]", args->tp, plan->world_size, plan->rank);
+    if (plan->world_size % (args->tp * args->pp) != 0) {
+        die("--tp %d x --pp %d = %d does not divide the %d ranks mpirun started [rank %d]", args->tp, args->pp,
+            args->tp * args->pp, plan->world_size, plan->rank);
     }
     // one GPU per rank of a node (CUDA build): the node-local rank picks it
     MPI_Comm node;
@@ -89,7 +105,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     backend_init(local_rank);
     plan->ndp = 1;
     if (plan->use_dp) {
-        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / args->tp, 1, 1, args->tp);
+        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / (args->tp * args->pp), args->pp, 1,
+                               args->tp);
         plan->ndp = plan->mesh.size[MESH_DP];
         plan->dp_rank = plan->mesh.coord[MESH_DP];
 #ifdef LLMC_CUDA_COMM
@@ -100,6 +117,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
         // the tp collectives run on the compute thread, in order with the kernels around them:
         // a blocking stream (ordered after the compute stream's work), as Megatron's are
         if (args->tp > 1) { comm_enable_device(&plan->mesh.dim[MESH_TP], 0, 0); }
+        // the pipeline's messages too: activations and their gradients are device buffers
+        if (args->pp > 1) { comm_enable_device(&plan->mesh.dim[MESH_PP], 0, 0); }
 #endif
     }
     if (plan->rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
@@ -123,6 +142,11 @@ static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
         p.tp_rank = plan->mesh.coord[MESH_TP];
         p.sp = plan->args->sp;
     }
+    if (plan->npp > 1) {   // the stage's layers (and chunks), the embedding first, the head last
+        const int* split = plan->pp_split.empty() ? NULL : plan->pp_split.data();
+        pp_check_layers(cfg->num_layers, plan->npp, plan->args->pp_chunks, split, (int)plan->pp_split.size());
+        pp_stage_place(&p, cfg->num_layers, plan->npp, plan->args->pp_chunks, split, plan->mesh.coord[MESH_PP]);
+    }
     return p;
 }
 
@@ -142,12 +166,23 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "ring") == 0;
-    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}};
+    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0};
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
     }
+    if (plan->npp > 1) {   // the pipeline: the step, its activation slots, the sums over the stages
+        pp_init(&plan->pp, model, &plan->mesh.dim[MESH_PP], pp_schedule_parse(a->pp_schedule), a->pp_chunks, a->grad_accum,
+                use_ring, cfg.shards);
+        cfg.shards = pp_shard_group(&plan->pp);
+        cfg.defer_root = 1;
+        plan->step = pp_step(&plan->pp);
+    }
     dp_init(&plan->dp, model, &plan->mesh.dim[MESH_DP], &cfg);
+    if (plan->npp > 1) {   // the tied wte's gradient is reduced over the replicas after the embedding group's sum
+        plan->pp.dp = &plan->dp;
+        plan->pp.root_done = dp_root_done;
+    }
 }
 
 // ---- what a training step calls
@@ -156,6 +191,9 @@ static inline void plan_zero_grad(Plan* plan) {
     if (plan->use_dp) { dp_zero_grad(&plan->dp); } else { gpt2_zero_grad(plan->model); }
     if (plan->ntp > 1) { tp_step_begin(&plan->tp); }
 }
+
+// whether this rank holds a whole pipeline (generation, samples and the accuracy eval need it)
+static inline int plan_whole_pipeline(const Plan* plan) { return plan->npp == 1; }
 
 static inline float plan_update(Plan* plan, float lr) {
     const TrainArgs* a = plan->args;
@@ -182,7 +220,7 @@ static inline void plan_gather_floats(const float* mine, int n, float* all, void
 
 // The ranks that draw the samples: rank 0, and with tensor parallelism the rest of its tp group,
 // which computes the other shards of every token (they draw the same numbers; rank 0 prints)
-static inline int plan_samples(const Plan* plan) { return plan->dp_rank == 0; }
+static inline int plan_samples(const Plan* plan) { return plan->dp_rank == 0 && plan_whole_pipeline(plan); }
 
 // Evaluation, sampling and checkpoints want the whole model on this rank (ZeRO-3 gathers it)
 static inline void plan_full_model_begin(Plan* plan) { if (plan->use_dp) { dp_full_model_begin(&plan->dp); } }
@@ -240,7 +278,12 @@ static inline void plan_print_layout(Plan* plan) {
         return;
     }
     mesh_print(&plan->mesh);
+    if (plan->npp > 1) {
+        pp_print_plan(&plan->pp, &m->config, plan->pp_split.empty() ? NULL : plan->pp_split.data(), plan->args->pp_print);
+        if (plan->args->sample_every > 0) { printf("note: no samples with --pp: generation runs the whole model on one rank\n"); }
+    }
     if (plan->ntp > 1) { tp_print_memory(&plan->tp); }
+    if (plan->npp > 1) { pp_print_memory(&plan->pp); }
     dp_print_memory(&plan->dp);
     dp_print_plan(&plan->dp);
     if (plan->ntp > 1) { tp_print_plan(&plan->tp); }
@@ -266,6 +309,7 @@ static inline void plan_report_step(Plan* plan, int step) {
         const GPT2* m = plan->model;
         tp_report_step(&plan->tp, plan->args->grad_accum, m->acts[0].B, m->acts[0].T, plan_norm_elems(plan));
     }
+    if (plan->npp > 1) { pp_report_step(&plan->pp, plan->model->max_B, plan->model->max_T); }
     if (step > 0) { plan->comm_total += plan->dp.comm_seconds; plan->exposed_total += plan->dp.exposed_seconds; }
 }
 
@@ -300,6 +344,7 @@ static inline void plan_write_trace(Plan* plan, const char* path) {
 // after gpt2_free: the data-parallel layer's buffers, the communicators, the device, MPI
 static inline void plan_free(Plan* plan) {
     if (plan->ntp > 1) { tp_free(&plan->tp); }
+    if (plan->npp > 1) { pp_free(&plan->pp); }
     if (plan->use_dp) {
         dp_shutdown(&plan->dp);
         mesh_free(&plan->mesh);

@@ -105,6 +105,10 @@ static inline void tp_linear_backward(void* ctx, const OpAt* at, int site, float
     const TPRegion* R = tp_region(at);
     if (tp_column_parallel(site)) {
         const floatX* x = R->enter_forward(tp, at, inp, C);    // SP: gather the input again (not kept)
+        if (dinp == NULL) {   // the zero-bubble W pass: the weight gradient only, no communication
+            matmul_backward(NULL, dw, dbias, dout, x, w, at->B, at->T, C, OC);
+            return;
+        }
         floatX* dx = R->enter_grad_buffer(tp, dinp);
         matmul_backward(dx, dw, dbias, dout, x, w, at->B, at->T, C, OC);   // dx: my part of dX
         R->enter_backward(tp, at, dx, dinp, C);                 // f / g backward: sum over tp
@@ -194,31 +198,37 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
     return (uint64_t)micro * per_micro + (tp->sp ? allreduce_ring_volume(norm_elems, TP_FLOATX, p, r).bytes : 0);
 }
 
-// parameters of this rank's table, in closed form (the formula in the header)
+// parameters of this rank's table, in closed form (the formula in the header); a pipeline stage
+// (llmc/parallel/pp.h) holds its L layers, wte only with the embedding or the head, wpe only
+// with the embedding, lnf only with the head
 static inline size_t tp_formula_params(const GPT2* m) {
     const GPT2Config* c = &m->config;
-    size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, L = (size_t)gpt2_local_layers(m);
-    return (size_t)c->padded_vocab_size * C / tp + (size_t)c->max_seq_len * C + L * (12 * C * C / tp + 7 * C / tp + 6 * C) +
-           2 * C;
+    const GPT2Place* p = &m->place;
+    size_t tp = (size_t)p->tp, C = (size_t)c->channels, L = (size_t)gpt2_local_layers(m);
+    return (p->has_embedding || p->has_head ? (size_t)c->padded_vocab_size * C / tp : 0) +
+           (p->has_embedding ? (size_t)c->max_seq_len * C : 0) + L * (12 * C * C / tp + 7 * C / tp + 6 * C) +
+           (p->has_head ? 2 * C : 0);
 }
 
-// activation bytes of one slot of B x T tokens, in closed form
-static inline size_t tp_formula_activations(const GPT2* m, int B, int T) {
+// activation bytes of `slots` slots of B x T tokens, in closed form; a slot holds Ls layers
+// (the stage's, or one interleaved chunk's), logits only where the stage has the head
+static inline size_t tp_formula_activations(const GPT2* m, int B, int T, int slots) {
     const GPT2Config* c = &m->config;
-    size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, L = (size_t)gpt2_local_layers(m), a = sizeof(floatX);
+    size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, Ls = (size_t)gpt2_slot_layers(m), a = sizeof(floatX);
     size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), Vs = (size_t)c->padded_vocab_size / tp;
     size_t per_layer = BTs * (6 * C * a + 16) + BT * 12 * C / tp * a + attention_state_size(B, T, c->num_heads / (int)tp) * 4;
-    size_t outside = BTs * (2 * C * a + 8)                // encoded, lnf and its statistics
-                     + BT * Vs * a                        // logits (one, shared by the slots)
-                     + BTs * 2 * C * a + BT * 8 * C / tp * a   // backward buffers: dresidual, dln | datty, dqkv, dfch
-                     + BT * 16;                           // losses, inputs, targets, loss weights
-    return L * per_layer + outside;
+    size_t per_slot = Ls * per_layer
+                      + BTs * (2 * C * a + 8)                 // encoded, lnf and its statistics
+                      + (m->place.has_head ? BT * Vs * a : 0) // logits
+                      + BT * 16;                              // losses, inputs, targets, loss weights
+    size_t shared = BTs * 2 * C * a + BT * 8 * C / tp * a;   // backward buffers: dresidual, dln | datty, dqkv, dfch
+    return (size_t)slots * per_slot + shared;
 }
 
 // The tp lines of the memory table (rank 0 prints, every rank checks). Returns 1 when all match.
 static inline int tp_print_memory(const TensorParallel* tp) {
     const GPT2* m = tp->model;
-    size_t psi = tp_formula_params(m), acts = tp_formula_activations(m, m->max_B, m->max_T);
+    size_t psi = tp_formula_params(m), acts = tp_formula_activations(m, m->max_B, m->max_T, m->num_slots);
     int ok = psi == m->num_parameters && acts == m->acts_requested;
     int all_ok = ok;
     MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, tp->comm->mpi);

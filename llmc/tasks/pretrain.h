@@ -21,7 +21,7 @@ static inline void pretrain_describe(Task* t) {
 static inline double pretrain_val_loss(Task* t, const char** what) {
     PretrainTask* p = (PretrainTask*)t->self;
     *what = "";
-    return plan_sum(t->plan, validation_loss(t->model, &p->val, t->args->eval_batches)) / t->plan->ndp;
+    return plan_sum(t->plan, validation_loss(&t->plan->step, t->model, &p->val, t->args->eval_batches)) / t->plan->ndp;
 }
 
 static inline float pretrain_begin_step(Task* t, int step) {

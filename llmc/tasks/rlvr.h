@@ -31,7 +31,7 @@ static inline void rlvr_describe(Task* t) {
 static inline double rlvr_val_loss(Task* t, const char** what) {
     RLVRTask* r = (RLVRTask*)t->self;
     *what = "";
-    return plan_sum(t->plan, validation_loss(t->model, &r->val, t->args->eval_batches)) / t->plan->ndp;
+    return plan_sum(t->plan, validation_loss(&t->plan->step, t->model, &r->val, t->args->eval_batches)) / t->plan->ndp;
 }
 
 // sample, score, advantages, loss weights; the micro-steps then train on the rollouts

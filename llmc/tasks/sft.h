@@ -31,8 +31,8 @@ static inline double sft_val_loss(Task* t, const char** what) {
     double sum = 0.0, count = 0.0;
     for (int i = 0; i < t->args->eval_batches; i++) {
         sft_loader_next_batch(val);
-        gpt2_forward(t->model, val->inputs, val->B, val->T);
-        sum += gpt2_classifier(t->model, val->targets, val->weights, 0.0f, 0);
+        MicroBatch mb = {val->inputs, val->targets, val->weights, val->B, val->T};
+        sum += step_loss(&t->plan->step, t->model, &mb);
         for (int j = 0; j < val->B * val->T; j++) { count += val->weights[j]; }
     }
     *what = " (answer tokens)";
