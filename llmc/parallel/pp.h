@@ -424,7 +424,11 @@ static inline uint64_t pp_formula_embed_bytes(const PipelineParallel* pp) {
     return allreduce_ring_volume(pp->model->param_info[0].numel, t, 2, pp->stage == 0 ? 0 : 1).bytes;
 }
 
+// Collective over the pp group (each stage's activation bytes come to every rank; rank 0 prints).
 static inline void pp_print_plan(const PipelineParallel* pp, const GPT2Config* cfg, const int* split, int print_timeline) {
+    std::vector<double> acts(pp->p);
+    double mine = (double)pp->model->acts_requested;
+    MPI_Allgather(&mine, 1, MPI_DOUBLE, acts.data(), 1, MPI_DOUBLE, pp->comm->mpi);
     printf("pipeline     pp %d, schedule %s", pp->p, pp_schedule_name(pp->kind));
     if (pp->v > 1) { printf(" with %d chunks per stage", pp->v); }
     printf(", %d micro-batches per step (= --grad-accum)\n", pp->m);
@@ -436,8 +440,8 @@ static inline void pp_print_plan(const PipelineParallel* pp, const GPT2Config* c
         for (int c = 0; c < pl.chunks; c++) {
             printf("%s %d-%d", c ? "," : "", pl.layer_begin + c * pl.chunk_stride, pl.layer_end + c * pl.chunk_stride - 1);
         }
-        printf("%s%s | %d activation slots (the schedule's peak in flight)\n", pl.has_embedding ? " + embedding" : "",
-               pl.has_head ? " + lnf, LM head, loss" : "", peak[s]);
+        printf("%s%s | %d activation slots (the schedule's peak in flight), activations %.3f MiB\n",
+               pl.has_embedding ? " + embedding" : "", pl.has_head ? " + lnf, LM head, loss" : "", peak[s], acts[s] / 1048576.0);
     }
     PPCosts eq = {1.0, 1.0, 1.0, 0.0};
     PPSim sim = pp_simulate(pp->sched, eq);
