@@ -78,7 +78,7 @@ build/config/%.flags: FORCE
 .PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
   nvcc-check data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu $(MPI_TARGETS)
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
@@ -107,6 +107,16 @@ test_seamscpu: test/test_seams.cu $(HEADERS) build/config/test_seamscpu.flags
 
 build/config/test_gpt2cpu.flags build/config/test_kernelscpu.flags build/config/test_generatecpu.flags \
 build/config/test_sftcpu.flags build/config/test_seamscpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
+
+# the pipeline schedules on paper (llmc/parallel/pp_schedule.h): built, validated, simulated
+test_pp_schedulecpu: test/test_pp_schedule.cu $(HEADERS) build/config/test_pp_schedulecpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+build/config/test_pp_schedulecpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
+
+# pp_sim: the schedules' timelines and bubbles, simulated against the formulas
+pp_simcpu: pp_sim.cu $(HEADERS) build/config/pp_simcpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+build/config/pp_simcpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
 # the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
 test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS) build/config/test_collectivescpu.flags
@@ -169,9 +179,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_comm_singlecpu $(MPI_TARGETS) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_comm_singlecpu $(MPI_TARGETS) data
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -269,7 +279,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_comm_singlecpu test_seamscpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

@@ -170,6 +170,9 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     }
     if (a->pp_chunks < 0) { die("--pp-chunks must be >= 1, got %d", a->pp_chunks); }
     if (a->pp_chunks == 0) { a->pp_chunks = pp_schedule_parse(a->pp_schedule) == PP_INTERLEAVED ? 2 : 1; }
+    if (a->pp_chunks > 1 && pp_schedule_parse(a->pp_schedule) != PP_INTERLEAVED) {
+        die("--pp-chunks %d: several model chunks per stage are the interleaved schedule's (--pp-schedule interleaved)", a->pp_chunks);
+    }
     if ((a->pp_split || a->pp_print || a->pp_chunks > 1 || strcmp(a->pp_schedule, "1f1b") != 0) && a->pp < 2) {
         die("--pp-schedule, --pp-chunks, --pp-split and --pp-print shape a pipeline: they need --pp 2 or more");
     }

@@ -37,6 +37,7 @@ suite trainer       fast 1 bash test/test_trainer.sh
 suite data          fast 1 "$PY" test/test_data.py
 suite generate      fast 1 ./test_generatecpu
 suite seams         fast 1 ./test_seamscpu
+suite pp-schedule   fast 1 ./test_pp_schedulecpu
 suite layout        fast 1 "$PY" test/test_layout.py
 suite sft-data      fast 1 bash test/test_sft.sh
 suite collectives   fast 1 bash test/test_collectives.sh

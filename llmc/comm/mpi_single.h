@@ -14,7 +14,8 @@
 // the v-variants at its displacement, the byte count from the datatype. The reduction op does
 // not matter: the sum, max or min of one value is that value. The root must be 0.
 // Point-to-point messages cannot happen: with one rank there is no peer, and the algorithms
-// never send to themselves (transport.h refuses it). MPI_Send, MPI_Recv and MPI_Sendrecv die
+// never send to themselves (transport.h refuses it). MPI_Send, MPI_Recv, MPI_Sendrecv, MPI_Isend and
+// MPI_Irecv die
 // naming the call instead of hanging.
 #pragma once
 
@@ -207,6 +208,10 @@ static inline int MPI_Recv(void*, int, MPI_Datatype, int src, int, MPI_Comm, MPI
 static inline int MPI_Sendrecv(const void*, int, MPI_Datatype, int dst, int, void*, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status*) {
     mpi_single_no_peer("MPI_Sendrecv", dst);
 }
+typedef int MPI_Request;
+static inline int MPI_Isend(const void*, int, MPI_Datatype, int dst, int, MPI_Comm, MPI_Request*) { mpi_single_no_peer("MPI_Isend", dst); }
+static inline int MPI_Irecv(void*, int, MPI_Datatype, int src, int, MPI_Comm, MPI_Request*) { mpi_single_no_peer("MPI_Irecv", src); }
+static inline int MPI_Waitall(int, MPI_Request*, MPI_Status*) { return MPI_SUCCESS; }   // nothing can be pending
 static inline int MPI_Get_count(const MPI_Status* st, MPI_Datatype t, int* count) {
     *count = st->bytes / (int)mpi_single_size(t);
     return MPI_SUCCESS;

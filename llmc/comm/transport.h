@@ -23,6 +23,7 @@
 // Both count exactly the bytes and messages the host path counts.
 #pragma once
 
+#include <vector>
 #include "comm.h"
 
 static inline void comm_check_peer(const Comm* c, const char* call, int peer) {
@@ -150,4 +151,82 @@ static inline void comm_sendrecv(Comm* c, const void* sendbuf, size_t sendcount,
 #endif
     c->bytes_sent += sbytes;
     c->messages_sent += 1;
+}
+
+// ---------------------------------------------------------------------------------------
+// An exchange: several messages, sends and receives to and from any peers, posted together and
+// complete together (the pipeline's runs of sends and receives, llmc/parallel/pp.h). Posting
+// them together is what lets two ranks that send to each other both get through even when a
+// send waits for its receive (NCCL; MPI above its eager limit): MPI_Isend/MPI_Irecv + Waitall,
+// or one ncclGroupStart/End. Messages between the same two ranks are matched in posting order
+// (NCCL has no tags; MPI gets each message's tag as well). Sends are counted like comm_send's.
+typedef struct {
+    const void* send;   // a send's buffer (NULL for a receive)
+    void* recv;         // a receive's buffer (NULL for a send)
+    size_t count;
+    int peer;
+    int tag;            // MPI tag, < 32767
+} CommMsg;
+
+static inline void comm_exchange(Comm* c, const CommMsg* msgs, int n, CommType t) {
+    size_t esize = comm_type_size(t);
+    for (int i = 0; i < n; i++) {
+        comm_check_peer(c, "comm_exchange", msgs[i].peer);
+        if ((msgs[i].send == NULL) == (msgs[i].recv == NULL)) { comm_die(c, "comm_exchange", "message %d is neither one send nor one receive", i); }
+    }
+#ifdef LLMC_CUDA_COMM
+    if (c->device && !c->staged) {   // NCCL: one group (device buffers: the pipeline's are)
+        comm_nccl_check(c, "ncclGroupStart", ncclGroupStart());
+        for (int i = 0; i < n; i++) {
+            if (msgs[i].count == 0) { continue; }
+            if (!comm_is_device_ptr(msgs[i].send ? msgs[i].send : msgs[i].recv)) {
+                comm_die(c, "comm_exchange", "message %d: a host buffer on the NCCL wire", i);
+            }
+            if (msgs[i].send) {
+                comm_nccl_check(c, "ncclSend", ncclSend(msgs[i].send, msgs[i].count, comm_nccl_type(t), msgs[i].peer, c->nccl, c->stream));
+            } else {
+                comm_nccl_check(c, "ncclRecv", ncclRecv(msgs[i].recv, msgs[i].count, comm_nccl_type(t), msgs[i].peer, c->nccl, c->stream));
+            }
+        }
+        comm_nccl_check(c, "ncclGroupEnd", ncclGroupEnd());
+        comm_sync(c, "comm_exchange");
+        for (int i = 0; i < n; i++) {
+            if (msgs[i].send) { c->bytes_sent += msgs[i].count * esize; c->messages_sent += 1; }
+        }
+        return;
+    }
+#endif
+    std::vector<MPI_Request> req(n);
+    std::vector<MPI_Status> st(n);
+    std::vector<std::vector<char>> staged(n);   // the staged wire: host copies of device buffers
+    for (int i = 0; i < n; i++) {
+        size_t bytes = msgs[i].count * esize;
+        const void* sbuf = msgs[i].send;
+        void* rbuf = msgs[i].recv;
+#ifdef LLMC_CUDA_COMM
+        if (c->device && bytes > 0 && comm_is_device_ptr(sbuf ? sbuf : rbuf)) {
+            staged[i].resize(bytes);
+            if (sbuf) {
+                comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(staged[i].data(), sbuf, bytes, cudaMemcpyDeviceToHost));
+                sbuf = staged[i].data();
+            } else {
+                rbuf = staged[i].data();
+            }
+        }
+#endif
+        int nb = comm_int_count(c, "comm_exchange", bytes);
+        if (sbuf) { MPI_Isend(sbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &req[i]); }
+        else { MPI_Irecv(rbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &req[i]); }
+    }
+    MPI_Waitall(n, req.data(), st.data());
+    for (int i = 0; i < n; i++) {
+        size_t bytes = msgs[i].count * esize;
+        if (msgs[i].send) { c->bytes_sent += bytes; c->messages_sent += 1; continue; }
+        comm_check_received(c, "comm_exchange", &st[i], bytes, msgs[i].peer);
+#ifdef LLMC_CUDA_COMM
+        if (!staged[i].empty()) {
+            comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(msgs[i].recv, staged[i].data(), bytes, cudaMemcpyHostToDevice));
+        }
+#endif
+    }
 }

@@ -20,9 +20,9 @@
 //   B(i, c)       backward (ZB-H1: the input half only, gpt2_block_backward_input); the slot's
 //                 activations are freed here, or at W with ZB-H1
 //   W(i, c)       ZB-H1: the weight half (gpt2_block_backward_weight), from what B kept
-//   send / recv   a run of consecutive sends and receives is one exchange (comm_sendrecv:
-//                 MPI_Sendrecv, or ncclSend + ncclRecv in one group): it returns when all its
-//                 messages are through. The schedule validator proved (pp_validate) that every
+//   send / recv   a run of consecutive sends and receives is one exchange (comm_exchange:
+//                 MPI_Isend/Irecv + Waitall, or ncclSend/ncclRecv in one group): it returns when
+//                 all its messages are through. The schedule validator proved (pp_validate) that every
 //                 exchange finds its partners even when a send waits for its receive (NCCL,
 //                 or MPI above the eager limit), so no ordering of ranks can deadlock.
 // Activation memory: a slot per (micro-batch, chunk) in flight, so the schedule's peak in
@@ -64,6 +64,7 @@ typedef struct PipelineParallel {
     int in_flight, peak_in_flight;
     std::vector<int> passes;       // [chunk] backward passes of the chunk done this step
     floatX* grad_recv;             // (B, Ts, C) a received activation gradient
+    int grad_recv_owner, dres_owner;   // whose gradient grad_recv / dresidual hold (micro v + chunk), or -1
     floatX* keep;                  // ZB-H1: per slot and layer, what W needs (gpt2.h's BlockGradKeep)
     size_t keep_per_layer;         // floatX per layer of a slot
     size_t buffer_bytes;           // grad_recv + keep
@@ -182,8 +183,13 @@ static inline void pp_backward(PipelineParallel* pp, const PPAction* a, int n) {
     if (!pp->sched.split_backward) { gpt2_micro_begin(model, pp->passes[a->chunk]++, n); }
     gpt2_backward_begin(model);
     const ActivationTensors* acts = &model->acts[slot];
+    int id = a->micro * pp->v + a->chunk;
     if (g == pp_last_chunk(pp)) { gpt2_head_backward(model, slot); }
-    else { copy_device_to_device(model->bufs.dresidual, pp->grad_recv, (size_t)acts->B * acts->Ts * model->config.channels * sizeof(floatX)); }
+    else {
+        if (pp->grad_recv_owner != id) { die("pipeline stage %d: B of micro-batch %d without its received gradient", pp->stage, a->micro); }
+        copy_device_to_device(model->bufs.dresidual, pp->grad_recv, (size_t)acts->B * acts->Ts * model->config.channels * sizeof(floatX));
+        pp->grad_recv_owner = -1;
+    }
     int l0 = pp_layer0(pp, a->chunk), nl = gpt2_slot_layers(model);
     for (int l = l0 + nl - 1; l >= l0; l--) {
         if (pp->sched.split_backward) {
@@ -195,6 +201,7 @@ static inline void pp_backward(PipelineParallel* pp, const PPAction* a, int n) {
     }
     if (g == 0) { gpt2_embed_backward(model, slot); }
     gpt2_backward_end(model);
+    pp->dres_owner = id;   // dresidual: this micro-batch's input gradient, until the next B
     if (!pp->sched.split_backward) { pp_free_slot(pp, a->micro, a->chunk); }
 }
 
@@ -210,37 +217,47 @@ static inline void pp_weight(PipelineParallel* pp, const PPAction* a, int n) {
     pp_free_slot(pp, a->micro, a->chunk);
 }
 
-// One exchange: the run of sends and receives [i, end) of this stage's list (at most one of
-// each: what the compute before produced, what the compute after needs).
+// One exchange: the run of sends and receives [i, end) of this stage's list, posted together
+// (comm_exchange). Where each message lives:
+//   send activation     the slot's output (kept until the slot is freed at B or W)
+//   receive activation  the consumer slot's input (`encoded`), taken now if it is new
+//   send gradient       dresidual, as the B before left it (ZB-H1 may run W's in between: they
+//                       do not touch it; the owner check below says so if that ever changes)
+//   receive gradient    grad_recv, until its B copies it into dresidual
 static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>& list, int i, int end,
                                const MicroBatchSource* batches) {
     GPT2* model = pp->model;
-    const void* sbuf = NULL;
-    void* rbuf = NULL;
-    size_t scount = 0, rcount = 0;
-    int dst = -1, src = -1;
-    char name[64] = "";
+    CommMsg msgs[8];
+    int n = 0;
+    char name[96] = "";
     for (int k = i; k < end; k++) {
         const PPAction* a = &list[k];
+        if (n == 8) { die("pipeline stage %d: more than 8 messages in one exchange", pp->stage); }
         MicroBatch mb = batches->get(batches->ctx, a->micro);
-        int slot = a->kind == PP_RECV_ACT ? pp_slot(pp, a->micro, a->chunk, &mb) : pp->slot_of[(size_t)a->micro * pp->v + a->chunk];
-        size_t n = pp_stream_count(pp, &mb);
-        int is_send = a->kind == PP_SEND_ACT || a->kind == PP_SEND_GRAD;
-        if ((is_send && sbuf) || (!is_send && rbuf)) { die("pipeline stage %d: two sends or two receives in one exchange", pp->stage); }
-        if (a->kind == PP_SEND_ACT) { sbuf = gpt2_stage_output(model, slot); }
-        if (a->kind == PP_SEND_GRAD) { sbuf = model->bufs.dresidual; }
-        if (a->kind == PP_RECV_ACT) { rbuf = model->acts[slot].encoded; }
-        if (a->kind == PP_RECV_GRAD) { rbuf = pp->grad_recv; }
-        if (is_send) { scount = n; dst = a->peer; } else { rcount = n; src = a->peer; }
+        int id = a->micro * pp->v + a->chunk;
+        int slot = a->kind == PP_RECV_ACT ? pp_slot(pp, a->micro, a->chunk, &mb) : pp->slot_of[(size_t)id];
+        CommMsg* msg = &msgs[n++];
+        memset(msg, 0, sizeof(*msg));
+        msg->count = pp_stream_count(pp, &mb);
+        msg->peer = a->peer;
+        msg->tag = pp_message_tag(pp_is_grad(a->kind), a->micro, pp_sender_chunk(pp->sched, pp->stage, *a));
+        if (a->kind == PP_SEND_ACT) { msg->send = gpt2_stage_output(model, slot); }
+        if (a->kind == PP_RECV_ACT) { msg->recv = model->acts[slot].encoded; }
+        if (a->kind == PP_SEND_GRAD) {
+            if (pp->dres_owner != id) { die("pipeline stage %d: the gradient of micro-batch %d to send is gone", pp->stage, a->micro); }
+            msg->send = model->bufs.dresidual;
+        }
+        if (a->kind == PP_RECV_GRAD) {
+            if (pp->grad_recv_owner >= 0) { die("pipeline stage %d: a received gradient would be overwritten", pp->stage); }
+            pp->grad_recv_owner = id;
+            msg->recv = pp->grad_recv;
+        }
         size_t len = strlen(name);
-        snprintf(name + len, sizeof(name) - len, "%s%s %c%d", len ? ", " : "", is_send ? "send" : "recv",
-                 a->kind == PP_SEND_ACT || a->kind == PP_RECV_ACT ? 'a' : 'g', a->micro);
+        snprintf(name + len, sizeof(name) - len, "%s%s %c%d", len ? ", " : "", pp_is_send(a->kind) ? "send" : "recv",
+                 pp_is_grad(a->kind) ? 'g' : 'a', a->micro);
     }
     double t0 = trace_now();
-    CommType t = sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16;
-    if (sbuf && rbuf) { comm_sendrecv(pp->comm, sbuf, scount, dst, rbuf, rcount, src, t); }
-    else if (sbuf) { comm_send(pp->comm, sbuf, scount, t, dst); }
-    else if (rbuf) { comm_recv(pp->comm, rbuf, rcount, t, src); }
+    comm_exchange(pp->comm, msgs, n, sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16);
     pp->comm_seconds += trace_now() - t0;
     trace_event(name, 3, t0);
 }
@@ -278,6 +295,7 @@ static inline float pp_step_run(void* ctx, GPT2* model, const MicroBatchSource* 
     pp->bytes_start = pp->comm->bytes_sent;
     pp->embed_bytes_start = pp->embed.bytes_sent;
     pp->t_start = trace_now();
+    pp->grad_recv_owner = pp->dres_owner = -1;
     double loss = 0.0;
     for (int i = 0; i < (int)list.size();) {
         const PPAction* a = &list[i];
@@ -384,6 +402,7 @@ static inline void pp_init(PipelineParallel* pp, GPT2* model, Comm* comm, int ki
     pp->free_slots.clear();
     for (int s = slots - 1; s >= 0; s--) { pp->free_slots.push_back(s); }
     pp->in_flight = pp->peak_in_flight = 0;
+    pp->grad_recv_owner = pp->dres_owner = -1;
     pp->passes.assign(v, 0);
     size_t stream = (size_t)pp->B * gpt2_place_stream_tokens(&model->place, pp->T) * model->config.channels;
     pp->grad_recv = (floatX*)device_malloc(stream * sizeof(floatX));
