@@ -30,7 +30,7 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # and the suites took 667 s.)
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
 # Measured alone on 2 idle cores: nvcc 330 s, data-parallel 95, tasks 85, collectives 55,
-# build-config 20, collbench 15, the others under 10 each.
+# build-config 20, collbench 15, pipeline 50, the others under 10 each.
 suite kernels       fast 1 ./test_kernelscpu
 suite reference     fast 2 bash test/test_reference.sh
 suite trainer       fast 1 bash test/test_trainer.sh
@@ -46,11 +46,12 @@ suite collbench     fast 1 bash test/test_collbench.sh
 suite launch        fast 2 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
+suite pipeline      full 2 bash test/test_pp.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
-# Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-lab 25.
+# Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-pp 25, emu-lab 25.
 EMU_INC=$(make -s --no-print-directory emu-available 2>/dev/null)
 if [ -n "$EMU_INC" ]; then
     suite emu-kernels     fast 2 bash test/test_emu_kernels.sh
@@ -58,6 +59,7 @@ if [ -n "$EMU_INC" ]; then
     suite emu-trainer     full 1 bash test/test_emu_trainer.sh
     suite emu-dp          full 1 bash test/test_emu_dp.sh
     suite emu-tp          full 1 bash test/test_emu_tp.sh
+    suite emu-pp          full 1 bash test/test_emu_pp.sh
     suite emu-collectives full 1 bash test/test_emu_collectives.sh
     suite emu-lab         full 2 bash dev/emu/run_lab.sh build/emu/dev/cuda encoder_forward encoder_backward layernorm_forward \
         layernorm_backward matmul_forward matmul_backward attention_forward attention_backward gelu_forward gelu_backward \

@@ -171,6 +171,6 @@ EOF
     perturb "embedding group: dwte not summed" llmc/parallel/pp.h \
         'if (pp->p > 1 && (m->place.has_embedding || m->place.has_head)) {' 'if (0) {'
     perturb "a received activation gradient ignored" llmc/parallel/pp.h \
-        'else { copy_device_to_device(model->bufs.dresidual, pp->grad_recv,' 'else { copy_device_to_device(model->bufs.dln, pp->grad_recv,'
+        'copy_device_to_device(model->bufs.dresidual, pp->grad_recv,' 'copy_device_to_device(model->bufs.dln, pp->grad_recv,'
 fi
 exit 0

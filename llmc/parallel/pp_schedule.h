@@ -196,8 +196,12 @@ static inline std::string pp_schedule_check(int kind, int p, int m, int v) {
         if (v < 2) { return pp_fmt("interleaved needs v >= 2 model chunks per stage, got %d: use 1f1b for v = 1", v); }
         if (p < 2) { return "interleaved needs p >= 2 stages (on one stage there is no bubble to shrink): use 1f1b"; }
         if (m % p != 0) {
+            if (m < p) {
+                return pp_fmt("interleaved runs micro-batches in groups of p: m = %d is fewer than p = %d; use m = %d (or a multiple)",
+                              m, p, p);
+            }
             return pp_fmt("interleaved runs micro-batches in groups of p: m = %d is not a multiple of p = %d; use m = %d or %d",
-                          m, p, m / p * p > 0 ? m / p * p : p, (m / p + 1) * p);
+                          m, p, m / p * p, (m / p + 1) * p);
         }
     }
     return "";
