@@ -113,7 +113,9 @@ fi
 $MPIRUN -np 2 ./train_gpt2cpu $D $SHAPE $QUIET --batch 8 --seq 32 --steps 2 --grad-accum 4 --pp 2 --pp-print \
     --trace "$T/trace.json" >"$T/print.out" 2>&1
 rows=$(grep -c "^stage [0-9]" "$T/print.out")
-if [ "$rows" -ge 2 ] && grep -q "F0" "$T/print.out" &&
+# the bubble simulated with F = B = W equals the formula for 1F1B (a miscompiled simulator once said 0.400)
+bub=$(sed -n 's/^  bubble *\([0-9.]*\) simulated with F = B = W, formula \([0-9.]*\);.*/\1 \2/p' "$T/print.out")
+if [ "$rows" -ge 2 ] && grep -q "F0" "$T/print.out" && [ -n "$bub" ] && [ "${bub% *}" = "${bub#* }" ] &&
     python3 - "$T/trace.json" <<'EOF'
 import json, sys
 ev = json.load(open(sys.argv[1]))
@@ -126,9 +128,9 @@ for e in ev:
 sys.exit(0 if sorted(acts) == [0, 1] and all(len(v) == 16 for v in acts.values()) else 1)
 EOF
 then
-    pass "--pp-print draws $rows stage rows; the trace holds each stage's 16 F/B actions of 2 steps"
+    pass "--pp-print draws $rows stage rows, bubble simulated = formula ($bub); the trace holds each stage's 16 F/B actions of 2 steps"
 else
-    fail "--pp-print / --trace" "$(grep -A3 'pipeline schedule' "$T/print.out" | head -4)"
+    fail "--pp-print / --trace" "bubble (simulated, formula): $bub" "$(grep -A3 'pipeline schedule' "$T/print.out" | head -4)"
 fi
 
 # --- bad input: every rank reports, all exit non-zero, no hang

@@ -56,6 +56,7 @@ typedef struct PipelineParallel {
     int p, stage, v, m, kind;
     int use_ring;            // 1: our ring all-reduce for the embedding group (bytes counted)
     PPSchedule sched;
+    PPSim sim_equal;         // the schedule simulated with F = B = W = 1 (what --pp-print draws)
     GPT2* model;
     int B, T;                // the micro-batch shape the buffers are sized for
     // activation slots: one per (micro-batch, chunk) in flight
@@ -394,6 +395,7 @@ static inline void pp_init(PipelineParallel* pp, GPT2* model, Comm* comm, int ki
     pp->sched = pp_build(kind, pp->p, m, v);
     err = pp_validate(pp->sched);
     if (!err.empty()) { die("pipeline schedule %s (p %d, m %d, v %d) is invalid: %s", pp_schedule_name(kind), pp->p, m, v, err.c_str()); }
+    pp->sim_equal = pp_simulate(pp->sched, PPCosts{1.0, 1.0, 1.0, 0.0});
     int slots = pp_peak_inflight(pp->sched)[pp->stage];
     pp->B = model->max_B;
     pp->T = model->max_T;
@@ -463,12 +465,13 @@ static inline void pp_print_plan(const PipelineParallel* pp, const GPT2Config* c
                pl.has_embedding ? " + embedding" : "", pl.has_head ? " + lnf, LM head, loss" : "", peak[s], acts[s] / 1048576.0);
     }
     PPCosts eq = {1.0, 1.0, 1.0, 0.0};
-    PPSim sim = pp_simulate(pp->sched, eq);
+    const PPSim& sim = pp->sim_equal;
     printf("  bubble     %.3f simulated with F = B = W, formula %.3f; tied wte summed over stages 0 and %d\n", sim.bubble,
            pp_formula_bubble(pp->kind, pp->p, pp->m, pp->v, eq), pp->p - 1);
     if (print_timeline) {
         printf("pipeline schedule (--pp-print), F = B = W = 1 time unit:\n");
         pp_print_timeline(stdout, pp->sched, sim);
+        pp_print_lists(stdout, pp->sched);
     }
 }
 

@@ -513,7 +513,11 @@ static inline double pp_compute_cost(const PPSchedule& s, const PPCosts& c, int 
 // Runs the lists to the end or to a fixed point. Each stage advances through compute actions
 // (cost) and stops at an exchange until all its messages are matched. Returns 1 when every
 // stage finished; else 0 and, in *stuck, every stuck stage's unmatched operations.
-static inline int pp_run(const PPSchedule& s, PPCosts c, PPSim* sim, std::string* stuck) {
+// (The costs come by reference: passed by value, the trainer built with GCC 12.2 -O2 -march=native
+// on an AVX-512 machine read comm as 1 instead of 0 in some calls (measured: every bubble came
+// out as with --comm 1; right at -O1, with -mno-avx512f and with a printf added). test_pp.sh
+// checks the trainer's printed bubble against the formula, so a relapse shows.)
+static inline int pp_run(const PPSchedule& s, const PPCosts& c, PPSim* sim, std::string* stuck) {
     int p = s.p;
     std::vector<std::vector<int>> pstage, pindex;
     pp_partners(s, pstage, pindex);
@@ -761,7 +765,7 @@ static inline std::string pp_validate(const PPSchedule& s) {
 // ---- timing
 
 // Times the lists (validate them first: a deadlock stops the program here).
-static inline PPSim pp_simulate(const PPSchedule& s, PPCosts c) {
+static inline PPSim pp_simulate(const PPSchedule& s, const PPCosts& c) {
     PPSim r;
     std::string stuck;
     if (!pp_run(s, c, &r, &stuck)) { die("pp_simulate: %s p %d m %d v %d deadlocks: %s", pp_schedule_name(s.kind), s.p, s.m, s.v, stuck.c_str()); }
