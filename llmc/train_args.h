@@ -182,6 +182,10 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         if (strcmp(a->task, "rlvr") == 0) {
             die("--task rlvr samples its rollouts with the whole model on each rank: it does not run with --pp (use --tp or --dp)");
         }
+        if (a->sp && pp_schedule_parse(a->pp_schedule) == PP_ZBH1) {
+            die("--pp-schedule zb-h1 with --sp is not built: the weight pass would gather the sequence-parallel inputs and "
+                "output gradients again; use --tp without --sp, or another schedule");
+        }
         if (a->zero == 3) {
             die("--zero 3 with --pp is not built: ZeRO-3 gathers a stage's weights per layer in its hooks, which the "
                 "pipeline's passes over chunks and micro-batches would have to drive; use --zero 1 or 2");

@@ -8,7 +8,8 @@
 #     m = 4, 8); dp 2 x pp 2 with ZeRO-1 (and DDP, ZeRO-2, naive, the parameter server, ZB-H1
 #     with ZeRO-1); pp 2 x tp 2 (and + SP); dp 2 x pp 2 x tp 2 (8 ranks); SFT with pp 2; an
 #     explicit --pp-split;
-#   - in every such run: each step's pipeline bytes and the embedding group's equal the formula,
+#   - in every such run: each step's pipeline bytes and the embedding group's equal the formula
+#     (and with --tp the stage's tensor-parallel bytes and memory lines, tp.h's formulas per stage),
 #     the peak of micro-batches in flight equals the schedule's (GPipe m, 1F1B p - s), and the
 #     stage's parameters and activation slots equal the closed forms ("check ok" on every step,
 #     "pp memory check ok");
@@ -65,6 +66,11 @@ check() {
     grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
     steps=$(grep -c "pp comm | sent .* check ok" "$out")
     [ "$steps" -eq 20 ] || bad="$bad bytes/in-flight = formula/schedule in $steps of 20 steps"
+    if [[ " $* " == *" --tp "* ]]; then   # with tensor parallelism: the stage's tp bytes too (tp.h's formula per stage)
+        steps=$(grep -c "tp comm | sent .* equal)" "$out")
+        [ "$steps" -eq 20 ] || bad="$bad tp bytes = formula in $steps of 20 steps"
+        grep -q "^tp memory check ok" "$out" || bad="$bad tp memory lines"
+    fi
     if [ -n "$bad" ]; then
         fail "$label: $bad" "$(grep -E 'memory check|pp comm \|' "$out" | head -3)"
     else
@@ -144,6 +150,7 @@ expect_all "a split that does not add up" "--pp-split adds up to 7 layers" 2 $TR
 expect_all "pp that does not divide the ranks" "does not divide the 3 ranks" 3 $TRAIN --pp 2
 expect_all "chunks without the interleaved schedule" "--pp-chunks" 2 $TRAIN --pp 2 --pp-chunks 2
 expect_all "ZeRO-3 with a pipeline" "--zero 3 with --pp" 4 $TRAIN --pp 2 --zero 3
+expect_all "ZB-H1 with sequence parallelism" "zb-h1 with --sp is not built" 4 $TRAIN --pp 2 --tp 2 --sp --pp-schedule zb-h1
 
 # --- the tests can fail: perturbed copies of llmc/ must break the equivalence
 if [ "${PP_PERTURB:-1}" = "1" ]; then

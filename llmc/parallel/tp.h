@@ -187,14 +187,19 @@ static inline uint64_t tp_step_bytes(const TensorParallel* tp) { return tp->comm
 // tokens, of which `norm_elems` layernorm gradient elements are summed before the update (SP)
 static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int B, int T, size_t norm_elems) {
     int p = tp->tp, r = tp->rank;
+    const GPT2Place* pl = &tp->model->place;
     size_t L = (size_t)gpt2_local_layers(tp->model), X = (size_t)B * T * tp->model->config.channels, BT = (size_t)B * T;
-    uint64_t per_micro = (4 * L + 2) * allreduce_ring_volume(X, TP_FLOATX, p, r).bytes;   // f, g (or their SP pairs)
+    // regions: 4 per block, the embedding's exit and the LM head's entry where this (pipeline) stage has them
+    size_t regions = 4 * L + (pl->has_embedding ? 1 : 0) + (pl->has_head ? 1 : 0);
+    uint64_t per_micro = regions * allreduce_ring_volume(X, TP_FLOATX, p, r).bytes;   // f, g (or their SP pairs)
     if (tp->sp) {   // SP: reduce-scatter + all-gather instead of each all-reduce, and the re-gathers
-        per_micro = (4 * L + 2) * (reduce_scatter_ring_volume(X, TP_FLOATX, p, r).bytes +
-                                   allgather_ring_volume(X, TP_FLOATX, p, r).bytes) +
-                    (2 * L + 1) * allgather_ring_volume(X, TP_FLOATX, p, r).bytes;
+        per_micro = regions * (reduce_scatter_ring_volume(X, TP_FLOATX, p, r).bytes +
+                               allgather_ring_volume(X, TP_FLOATX, p, r).bytes) +
+                    (2 * L + (pl->has_head ? 1 : 0)) * allgather_ring_volume(X, TP_FLOATX, p, r).bytes;
     }
-    per_micro += allreduce_ring_volume(BT, COMM_FP32, p, r).bytes + allreduce_ring_volume(2 * BT, COMM_FP32, p, r).bytes;
+    if (pl->has_head) {   // the vocabulary-parallel loss's statistics
+        per_micro += allreduce_ring_volume(BT, COMM_FP32, p, r).bytes + allreduce_ring_volume(2 * BT, COMM_FP32, p, r).bytes;
+    }
     return (uint64_t)micro * per_micro + (tp->sp ? allreduce_ring_volume(norm_elems, TP_FLOATX, p, r).bytes : 0);
 }
 
