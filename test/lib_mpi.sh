@@ -3,6 +3,9 @@
 #   pass NAME / fail NAME DETAIL...   one PASS or FAIL line (details indented below a FAIL)
 #   MPIRUN                            mpirun as root, oversubscribed, shared memory, a 300 s limit
 #   expect_all NAME PATTERN NP CMD... bad input: every rank reports PATTERN, all exit non-zero, no hang
+#   perturb LABEL FILE OLD NEW REF ARGS...  a trainer built from a copy of llmc/ with OLD replaced by
+#                                     NEW in FILE, run on 2 ranks with ARGS, must FAIL the equivalence
+#                                     check against $T/REF.log and $T/REF.bin
 # Exits with one FAIL line when mpirun or the MPI build of train_gpt2cpu is missing.
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; }
@@ -23,5 +26,29 @@ expect_all() {
         pass "$name: exit $rc, '$(grep -m1 -- "$pattern" "$T/bad.out" | sed 's/^error: //')'"
     else
         fail "$name" "exit $rc, $n messages" "$(tail -3 "$T/bad.out")"
+    fi
+}
+
+perturb() {
+    local label=$1 file=$2 old=$3 new=$4 ref=$5 dir="$T/perturbed"
+    shift 5
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp -r llmc train_gpt2.cu "$dir/"
+    python3 - "$dir/$file" "$old" "$new" <<'EOF' || { fail "perturbation '$label': text not found in $file"; return; }
+import sys
+path, old, new = sys.argv[1:4]
+s = open(path).read()
+if old not in s: sys.exit(1)
+open(path, "w").write(s.replace(old, new))
+EOF
+    mpicxx -std=c++17 -O2 -fopenmp -x c++ -DLLMC_CPU -DUSE_MPI -DOMPI_SKIP_MPICXX "$dir/train_gpt2.cu" -o "$dir/train" -lm ||
+        { fail "perturbation '$label': build failed"; return; }
+    rm -f "$T/p.log" "$T/p.bin"
+    $MPIRUN -np 2 "$dir/train" "$@" --log "$T/p.log" --save "$T/p.bin" >"$T/p.out" 2>&1
+    if python3 test/compare_runs.py "$T/$ref.log" "$T/$ref.bin" "$T/p.log" "$T/p.bin" --label x >"$T/p.cmp" 2>&1; then
+        fail "perturbation '$label' went unnoticed" "$(cat "$T/p.cmp")"
+    else
+        pass "perturbation '$label' fails the equivalence: $(sed 's/^FAIL x[: ]*//' "$T/p.cmp" | head -1 | cut -c1-110)"
     fi
 }
