@@ -20,11 +20,12 @@
 # The model: 8 layers of C 128 (divisible by v x p = 2 x 4 for the interleaved chunks), a step
 # of 32 sequences x 64 tokens of random tokens (--bench), split into m micro-batches (the global
 # batch stays the same, so a larger m means smaller micro-batches and a smaller bubble). About
-# 2 minutes on 2 CPU cores. There the runs with p = 4 are oversubscribed (4 ranks take turns on
-# 2 cores): a stage waits for a core as well as for its neighbour, so their measured bubbles
-# are noisy and far from the formula; the simulated and formula columns, the peaks in flight and
-# the memory are exact. A schedule that fails (a run that dies) shows as "not available" with
-# its error, and the lab then exits 1 after writing everything else.
+# 1 minute on 2 CPU cores (and the trainer's build when it is out of date). The runs with p = 4
+# are oversubscribed there (4 ranks take turns on 2 cores): a stage waits for a core as well as
+# for its neighbour, so their measured bubbles are noisy and far from the formula; the
+# simulated and formula columns, the peaks in flight and the memory are exact. A schedule that
+# fails (a run that dies) shows as "not available" with its error, and the lab then exits 1
+# after writing everything else.
 # Knobs (environment): BIN (default ./train_gpt2cpu), PS ("2 4"), MS ("1 2 4 8"), SCHEDULES
 # ("gpipe 1f1b interleaved zb-h1"), CHUNKS (2, interleaved's v), STEPS (8), MODEL, OUT
 # (build/lab_pp), DOC (doc: where the timelines go).

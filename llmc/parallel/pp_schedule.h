@@ -100,7 +100,8 @@
 // -1 where they are freed (B, or W when split). gpipe m; 1f1b min(p-s, m); interleaved
 // min(w + 1, m v) chunk activations on stage s; zb-h1 min(p, m) on every stage, of which
 // min(p-s, m) are held whole (F to B, as 1F1B's) and the rest only for their W (the paper
-// counts those smaller: W needs the layers' inputs and output gradients, not all activations).
+// counts those smaller: W needs the layers' inputs and output gradients, not all activations;
+// the executor, llmc/parallel/pp.h, keeps a whole slot until W, plus the output gradients).
 //
 // Cost: building and validating O(v m p) per stage (the pair check walks the lists p times);
 // the simulator's fixed point is O(actions + rounds x p), a millisecond at p = 8, m = 64.
