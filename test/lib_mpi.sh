@@ -2,6 +2,8 @@
 # suite's scratch directory) and WHAT (what needs MPI, for the message).
 #   pass NAME / fail NAME DETAIL...   one PASS or FAIL line (details indented below a FAIL)
 #   MPIRUN                            mpirun as root, oversubscribed, shared memory, a 300 s limit
+#   ref NAME FLAGS...                 a single-rank reference run: $T/NAME.log, .bin, .out (uses
+#                                     $D $MODEL $QUIET; exits the suite if it fails)
 #   expect_all NAME PATTERN NP CMD... bad input: every rank reports PATTERN, all exit non-zero, no hang
 #   perturb LABEL FILE OLD NEW REF ARGS...  a trainer built from a copy of llmc/ with OLD replaced by
 #                                     NEW in FILE, run on 2 ranks with ARGS, must FAIL the equivalence
@@ -51,4 +53,11 @@ EOF
     else
         pass "perturbation '$label' fails the equivalence: $(sed 's/^FAIL x[: ]*//' "$T/p.cmp" | head -1 | cut -c1-110)"
     fi
+}
+
+ref() {
+    local name=$1; shift
+    # shellcheck disable=SC2086
+    ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
+        { echo "FAIL single-rank reference $name: $(tail -2 "$T/$name.out")"; exit 1; }
 }

@@ -17,28 +17,9 @@
 set -u
 cd "$(dirname "$0")/.."
 T=build/emu-pp-test
-EMU=${EMU_BIN_DIR:-build/emu}   # scripts/gpu_check.sh points this at the MPI trainers built for the GPU
-rm -rf "$T"
-mkdir -p "$T"
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; status=1; }
-status=0
-
-if ! command -v mpirun >/dev/null; then
-    echo "FAIL emulated pipeline parallelism needs mpirun and MPI (apt-get install libopenmpi-dev openmpi-bin, then make emu)"
-    exit 1
-fi
-for b in $EMU/train_gpt2cu $EMU/train_gpt2cu_fp32; do
-    if [ ! -x "$b" ] || ! strings "$b" | grep -q MPI_Init_thread; then
-        echo "FAIL $b missing or built without MPI (make $EMU/train_gpt2cu $EMU/train_gpt2cu_fp32)"
-        exit 1
-    fi
-done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
-
-python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 3000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
-D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+WHAT="emulated pipeline parallelism"
+# shellcheck source=test/lib_emu_mpi.sh
+source test/lib_emu_mpi.sh   # EMU, pass, fail (status), MPIRUN, D; stops here without MPI
 STEPS=4
 MODEL="--layers 4 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16 --steps $STEPS --lr 1e-3 --warmup 2"
 QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"

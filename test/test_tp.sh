@@ -37,13 +37,7 @@ RUN="--batch 8 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
 MODEL="$SHAPE $RUN"
 QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
 
-# single-rank references: NAME FLAGS...
-ref() {
-    local name=$1; shift
-    # shellcheck disable=SC2086
-    ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
-        { echo "FAIL single-rank reference $name: $(tail -2 "$T/$name.out")"; exit 1; }
-}
+# single-rank references (ref: test/lib_mpi.sh)
 ref ref1
 ref ref2 --grad-accum 2
 ref sft $SFT

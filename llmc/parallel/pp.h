@@ -126,8 +126,11 @@ static inline void pp_check_layers(int L, int p, int v, const int* split, int ns
 // ---------------------------------------------------------------------------------------
 // Slots
 
+// (micro-batch, chunk) as one number: the index of slot_of, and what the buffer owners hold
+static inline int pp_id(const PipelineParallel* pp, int micro, int chunk) { return micro * pp->v + chunk; }
+
 static inline int pp_slot(PipelineParallel* pp, int micro, int chunk, const MicroBatch* mb) {
-    int* s = &pp->slot_of[(size_t)micro * pp->v + chunk];
+    int* s = &pp->slot_of[pp_id(pp, micro, chunk)];
     if (*s >= 0) { return *s; }
     if (pp->free_slots.empty()) { die("pipeline stage %d: more micro-batches in flight than the schedule said", pp->stage); }
     *s = pp->free_slots.back();
@@ -139,7 +142,7 @@ static inline int pp_slot(PipelineParallel* pp, int micro, int chunk, const Micr
     return *s;
 }
 static inline void pp_free_slot(PipelineParallel* pp, int micro, int chunk) {
-    int* s = &pp->slot_of[(size_t)micro * pp->v + chunk];
+    int* s = &pp->slot_of[pp_id(pp, micro, chunk)];
     pp->free_slots.push_back(*s);
     *s = -1;
     pp->in_flight--;
@@ -177,14 +180,13 @@ static inline float pp_forward(PipelineParallel* pp, const PPAction* a, const Mi
 
 static inline void pp_backward(PipelineParallel* pp, const PPAction* a, int n) {
     GPT2* model = pp->model;
-    int g = pp_global_chunk(pp, a->chunk), slot = pp->slot_of[(size_t)a->micro * pp->v + a->chunk];
+    int id = pp_id(pp, a->micro, a->chunk), g = pp_global_chunk(pp, a->chunk), slot = pp->slot_of[id];
     if (slot < 0) { die("pipeline stage %d: backward of micro-batch %d before its forward", pp->stage, a->micro); }
     // data parallelism communicates in the last backward pass of each chunk (DDP's no_sync
     // before); with ZB-H1 the weight gradients come in W passes, which count instead
     if (!pp->sched.split_backward) { gpt2_micro_begin(model, pp->passes[a->chunk]++, n); }
     gpt2_backward_begin(model);
     const ActivationTensors* acts = &model->acts[slot];
-    int id = a->micro * pp->v + a->chunk;
     if (g == pp_last_chunk(pp)) { gpt2_head_backward(model, slot); }
     else {
         if (pp->grad_recv_owner != id) { die("pipeline stage %d: B of micro-batch %d without its received gradient", pp->stage, a->micro); }
@@ -209,7 +211,7 @@ static inline void pp_backward(PipelineParallel* pp, const PPAction* a, int n) {
 static inline void pp_weight(PipelineParallel* pp, const PPAction* a, int n) {
     GPT2* model = pp->model;
     gpt2_micro_begin(model, pp->passes[a->chunk]++, n);
-    int slot = pp->slot_of[(size_t)a->micro * pp->v + a->chunk];
+    int slot = pp->slot_of[pp_id(pp, a->micro, a->chunk)];
     int l0 = pp_layer0(pp, a->chunk), nl = gpt2_slot_layers(model);
     for (int l = l0 + nl - 1; l >= l0; l--) {
         BlockGradKeep k = pp_keep(pp, slot, l - l0);
@@ -235,8 +237,8 @@ static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>
         const PPAction* a = &list[k];
         if (n == 8) { die("pipeline stage %d: more than 8 messages in one exchange", pp->stage); }
         MicroBatch mb = batches->get(batches->ctx, a->micro);
-        int id = a->micro * pp->v + a->chunk;
-        int slot = a->kind == PP_RECV_ACT ? pp_slot(pp, a->micro, a->chunk, &mb) : pp->slot_of[(size_t)id];
+        int id = pp_id(pp, a->micro, a->chunk);
+        int slot = a->kind == PP_RECV_ACT ? pp_slot(pp, a->micro, a->chunk, &mb) : pp->slot_of[id];
         CommMsg* msg = &msgs[n++];
         memset(msg, 0, sizeof(*msg));
         msg->count = pp_stream_count(pp, &mb);
@@ -258,7 +260,7 @@ static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>
                  pp_is_grad(a->kind) ? 'g' : 'a', a->micro);
     }
     double t0 = trace_now();
-    comm_exchange(pp->comm, msgs, n, sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16);
+    comm_exchange(pp->comm, msgs, n, COMM_FLOATX);
     pp->comm_seconds += trace_now() - t0;
     trace_event(name, 3, t0);
 }
@@ -269,10 +271,9 @@ static inline void pp_sum_embedding_grads(PipelineParallel* pp) {
     GPT2* m = pp->model;
     if (pp->p > 1 && (m->place.has_embedding || m->place.has_head)) {
         size_t n = m->param_info[0].numel;   // wte: Vp/tp x C
-        CommType t = sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16;
         double t0 = trace_now();
-        if (pp->use_ring) { allreduce_ring(&pp->embed, m->root_grads.wte, m->root_grads.wte, n, t, COMM_SUM); }
-        else { allreduce_native(&pp->embed, m->root_grads.wte, m->root_grads.wte, n, t, COMM_SUM); }
+        if (pp->use_ring) { allreduce_ring(&pp->embed, m->root_grads.wte, m->root_grads.wte, n, COMM_FLOATX, COMM_SUM); }
+        else { allreduce_native(&pp->embed, m->root_grads.wte, m->root_grads.wte, n, COMM_FLOATX, COMM_SUM); }
         pp->comm_seconds += trace_now() - t0;
         trace_event("embedding group: all-reduce dwte", 3, t0);
     }
@@ -337,7 +338,7 @@ static inline double pp_forward_loss(void* ctx, GPT2* model, const MicroBatch* m
     (void)model;
     double loss = 0.0;
     size_t n = pp_stream_count(pp, mb);
-    CommType t = sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16;
+    CommType t = COMM_FLOATX;
     for (int g = 0; g <= pp_last_chunk(pp); g++) {
         if (g % pp->p != pp->stage) { continue; }
         PPAction a = {PP_F, 0, g / pp->p, -1};
@@ -441,8 +442,7 @@ static inline uint64_t pp_formula_bytes(const PipelineParallel* pp, int B, int T
 }
 static inline uint64_t pp_formula_embed_bytes(const PipelineParallel* pp) {
     if (pp->p == 1 || (pp->stage != 0 && pp->stage != pp->p - 1)) { return 0; }
-    CommType t = sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16;
-    return allreduce_ring_volume(pp->model->param_info[0].numel, t, 2, pp->stage == 0 ? 0 : 1).bytes;
+    return allreduce_ring_volume(pp->model->param_info[0].numel, COMM_FLOATX, 2, pp->stage == 0 ? 0 : 1).bytes;
 }
 
 // Collective over the pp group (each stage's activation bytes come to every rank; rank 0 prints).
