@@ -39,7 +39,7 @@ ifneq ($(MPICXX),)
   CPU_CC = $(MPICXX)
   CXXFLAGS_CPU += -DUSE_MPI -DOMPI_SKIP_MPICXX
   MPI_NOTE = with MPI ($(MPICXX))
-  MPI_TARGETS = test_collectivescpu collbenchcpu
+  MPI_TARGETS = test_collectivescpu collbenchcpu test_cp_attentioncpu
 else
   CPU_CC = $(CXX)
   MPI_NOTE = without MPI: single-rank build (install libopenmpi-dev for mpirun)
@@ -128,6 +128,12 @@ collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS) build/config/collbenchcpu.
 
 build/config/test_collectivescpu.flags build/config/collbenchcpu.flags: \
   CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
+
+# the context-parallel attention op (llmc/parallel/cp.h) against the single-rank attention, run
+# under mpirun by test/test_cp_attention.sh
+test_cp_attentioncpu: test/test_cp_attention.cu $(HEADERS) $(COMM_HEADERS) build/config/test_cp_attentioncpu.flags
+	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+build/config/test_cp_attentioncpu.flags: CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
 
 # the same collectives in the build without MPI (llmc/comm/mpi_single.h): one rank, size-1 communicators
 test_comm_singlecpu: test/test_comm_single.cu $(HEADERS) build/config/test_comm_singlecpu.flags
@@ -279,7 +285,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_cp_attentioncpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     const GPT2Config* cfg = &model.config;
     if (args.seq > cfg->max_seq_len) { die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len); }
     int B = plan_micro_batch(&plan), T = args.seq;
-    gpt2_allocate_activations(&model, B, T);
+    gpt2_allocate_activations(&model, B, plan_local_seq(&plan, T));   // T/cp tokens per sequence with --cp
     plan_attach(&plan, &model);   // this rank's placement (data parallelism's hooks), the step
     Task task{};
     task_init(&task, &model, &plan, &args, B, T);

@@ -13,6 +13,7 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/attention.h"
+#include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"
 #include "cpu/classifier.h"

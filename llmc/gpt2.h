@@ -113,6 +113,8 @@ typedef struct GPT2 {
     float* losses_host;         // host copy of losses
     int B, T;                   // shape of the last gpt2_forward (slot 0)
     int root_in_pass;           // the backward in flight touched the root tensors (head or embedding)
+    int* positions;             // device (max_B, max_T): the positions of this rank's tokens, the same in
+                                // every sequence (context parallelism's part of it), or NULL: 0..T-1
     // the extension points
     GPT2Ops ops;                // how sublayers are computed (llmc/ops.h)
     HookChain hooks;            // where weights and gradients live (llmc/hooks.h)
@@ -252,6 +254,14 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
+// The floats the attention op saves per layer for its backward (its own count, or the kernel's)
+static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) {
+    const GPT2Ops* o = &model->ops;
+    int NH = gpt2_local_heads(model);
+    if (o->attention.state_size) { return o->attention.state_size(o->attention.ctx, B, T, (int)gpt2_local_attn(model), NH); }
+    return attention_state_size(B, T, NH);
+}
+
 // Activations for `slots` micro-batches of up to B x T tokens each (T <= max_seq_len).
 static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, int slots) {
     const GPT2Config* c = &model->config;
@@ -265,7 +275,7 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     size_t logits = model->place.has_head ? BT * Vp : 0;   // only the stage with the head has logits
     size_t BTs = (size_t)B * gpt2_place_stream_tokens(&model->place, T);   // the residual stream's tokens
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
-    size_t att = attention_state_size(B, T, gpt2_local_heads(model));
+    size_t att = gpt2_attention_state_size(model, B, T);
     // (pointer, element count, element size) for every buffer, carved from one allocation
     struct Buf { void** ptr; size_t count; size_t elsize; };
     std::vector<Buf> tensors;
@@ -370,8 +380,8 @@ static inline OpAt gpt2_at(GPT2* model, int slot, int layer) {
 static inline void gpt2_embed_forward(GPT2* model, int slot) {
     ActivationTensors* a = &model->acts[slot];
     OpAt at = gpt2_at(model, slot, -1);
-    model->ops.embedding.forward(model->ops.embedding.ctx, &at, a->encoded, a->inputs, NULL, model->root.wte, model->root.wpe,
-                                 model->config.channels);
+    model->ops.embedding.forward(model->ops.embedding.ctx, &at, a->encoded, a->inputs, model->positions, model->root.wte,
+                                 model->root.wpe, model->config.channels);
 }
 
 // Block l's saved activations in a slot (l: global layer index; li: its index in the slot,
@@ -385,7 +395,7 @@ static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     }
     size_t li = (size_t)(local % gpt2_slot_layers(model));
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
-    size_t att = attention_state_size(a->B, a->T, gpt2_local_heads(model));
+    size_t att = gpt2_attention_state_size(model, a->B, a->T);
     BlockActs b;
     b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BTs * C;
     b.ln1 = a->ln1 + li * BTs * C;
@@ -596,7 +606,7 @@ static inline void gpt2_embed_backward(GPT2* model, int slot) {
     OpAt at = gpt2_at(model, slot, -1);
     model->root_in_pass = 1;
     model->ops.embedding.backward(model->ops.embedding.ctx, &at, model->root_grads.wte, model->root_grads.wpe, model->bufs.dresidual,
-                                  a->inputs, model->config.channels);
+                                  a->inputs, model->positions, model->config.channels);
 }
 
 static inline void gpt2_backward_end(GPT2* model) { hooks_backward_end(&model->hooks); }

@@ -56,11 +56,12 @@ typedef struct {
 // Each sublayer: a forward, a backward, and the ctx its owner passes to both.
 typedef struct {
     struct {   // out (B,T,C) = wte[tokens] + wpe[positions] (NULL: 0..T-1 in every sequence; generation
-        void* ctx;   // gives each token's); backward: dwte, dwpe += the gradient of out
+        void* ctx;   // gives each token's, context parallelism this rank's part of the sequence, the
+                     // same in every sequence); backward: dwte, dwpe += the gradient of out
         void (*forward)(void* ctx, const OpAt* at, floatX* out, const int* tokens, const int* positions,
                         const floatX* wte, const floatX* wpe, int C);
         void (*backward)(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
-                         int C);
+                         const int* positions, int C);
     } embedding;
     struct {   // out (B,T,OC) = inp (B,T,C) w^T + bias (bias may be NULL); backward: dinp = dout w
         void* ctx;   // (overwritten), dw and dbias += (accumulated)
@@ -70,7 +71,8 @@ typedef struct {
                          const floatX* dout, const floatX* inp, const floatX* w, int C, int OC);
     } linear;
     struct {   // out (B,T,C) = causal attention of qkv (B,T,3C) with NH heads; `state` is saved for backward
-        void* ctx;
+        void* ctx;   // state_size: the floats of `state` per layer (NULL: the kernel's attention_state_size)
+        size_t (*state_size)(void* ctx, int B, int T, int C, int NH);
         void (*forward)(void* ctx, const OpAt* at, floatX* out, float* state, const floatX* qkv, int C, int NH);
         void (*backward)(void* ctx, const OpAt* at, floatX* dqkv, const floatX* dout, const floatX* qkv,
                          const float* state, int C, int NH);
@@ -100,9 +102,9 @@ static inline void op_embedding_forward(void* ctx, const OpAt* at, floatX* out, 
     encoder_forward_vocab(out, tokens, positions, wte, wpe, 0, INT_MAX, at->B, at->T, C);
 }
 static inline void op_embedding_backward(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout,
-                                         const int* tokens, int C) {
+                                         const int* tokens, const int* positions, int C) {
     (void)ctx;
-    encoder_backward(dwte, dwpe, dout, tokens, at->B, at->T, C);
+    encoder_backward_vocab(dwte, dwpe, dout, tokens, positions, 0, INT_MAX, at->B, at->T, C);
 }
 static inline void op_linear_forward(void* ctx, const OpAt* at, int site, floatX* out, const floatX* inp,
                                      const floatX* w, const floatX* bias, int C, int OC) {

@@ -36,6 +36,9 @@ typedef struct {
     int tp, sp;
     // pipeline parallelism
     int pp, pp_chunks, pp_print;
+    int cp;
+    const char* cp_algo;        // ring, allgather or alltoall (llmc/parallel/cp.h)
+    const char* cp_split;       // zigzag or plain
     const char* pp_schedule;
     const char* pp_split;
     const char* dp_mode;
@@ -69,6 +72,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
     a->tp = 1;
     a->pp = 1; a->pp_schedule = "1f1b";
+    a->cp = 1; a->cp_algo = "ring"; a->cp_split = "zigzag";
     a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
     a->task = "pretrain";
     a->sft_train = "data/arithmetic/sft_train_*.bin";
@@ -118,6 +122,9 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"pp-schedule", ARG_STRING, &a->pp_schedule, "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1"},
         {"pp-chunks", ARG_INT, &a->pp_chunks, "interleaved: model chunks v per stage (default 2)"},
         {"pp-split", ARG_STRING, &a->pp_split, "layers per stage, comma-separated (e.g. 2,4), instead of the even split"},
+        {"cp", ARG_INT, &a->cp, "context-parallel ranks: each holds T/cp tokens of every sequence (ring attention)"},
+        {"cp-algo", ARG_STRING, &a->cp_algo, "context-parallel attention: ring, allgather (Llama 3) or alltoall (Ulysses)"},
+        {"cp-split", ARG_STRING, &a->cp_split, "which tokens a cp rank holds: zigzag (chunks r and 2cp-1-r) or plain"},
         {"pp-print", ARG_SWITCH, &a->pp_print, "print the pipeline schedule as a timeline (F/B/W by micro-batch, one row per stage)"},
         {"dp-mode", ARG_STRING, &a->dp_mode, "naive (one all-reduce), ddp (bucketed, overlapped), ps (parameter server)"},
         {"zero", ARG_INT, &a->zero, "ZeRO stage 0-3 (1: optimizer state, 2: + gradients, 3: + parameters sharded)"},
@@ -189,6 +196,26 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         if (a->zero == 3) {
             die("--zero 3 with --pp is not built: ZeRO-3 gathers a stage's weights per layer in its hooks, which the "
                 "pipeline's passes over chunks and micro-batches would have to drive; use --zero 1 or 2");
+        }
+    }
+    if (a->cp < 1) { die("--cp must be >= 1, got %d", a->cp); }
+    if (strcmp(a->cp_algo, "ring") != 0 && strcmp(a->cp_algo, "allgather") != 0 && strcmp(a->cp_algo, "alltoall") != 0) {
+        die("--cp-algo must be ring, allgather or alltoall, got '%s'", a->cp_algo);
+    }
+    if (strcmp(a->cp_split, "zigzag") != 0 && strcmp(a->cp_split, "plain") != 0) {
+        die("--cp-split must be zigzag or plain, got '%s'", a->cp_split);
+    }
+    if (a->cp > 1) {
+        int zigzag = strcmp(a->cp_split, "zigzag") == 0, parts = zigzag ? 2 * a->cp : a->cp;
+        if (a->seq % parts != 0) {
+            die("--cp %d --cp-split %s: the sequence length %d is not divisible by %d (%s)", a->cp, a->cp_split, a->seq, parts,
+                zigzag ? "2 cp chunks, two per rank" : "cp blocks");
+        }
+        if (a->sp && (a->seq / a->cp) % a->tp != 0) {
+            die("--sp with --cp %d: a rank's %d tokens per sequence are not divisible by --tp %d", a->cp, a->seq / a->cp, a->tp);
+        }
+        if (strcmp(a->task, "rlvr") == 0) {
+            die("--task rlvr samples its rollouts with whole sequences on each rank: it does not run with --cp (use --tp or --dp)");
         }
     }
     if (strcmp(a->dp_mode, "naive") != 0 && strcmp(a->dp_mode, "ddp") != 0 && strcmp(a->dp_mode, "ps") != 0) {

@@ -12,9 +12,9 @@
 #   5. a 50-step training run of the default model on data/arithmetic (make data)
 #   6. throughput of GPT-2 124M: batch 16 x 1024 tokens, bf16, random tokens (--bench), with
 #      the mean tok/s and MFU of steps 2..20; on an H100 the target is MFU >= 40% (MFU_TARGET)
-#   7. tensor, sequence and pipeline parallelism on this machine's GPUs (only where MPI is
-#      installed: the MPI trainer, bf16 and fp32, built into $LOG/mpi/, then test/test_emu_tp.sh's
-#      and test/test_emu_pp.sh's runs on the real device: NCCL between ranks on different GPUs,
+#   7. tensor, sequence, pipeline and context parallelism on this machine's GPUs (only where MPI
+#      is installed: the MPI trainer, bf16 and fp32, built into $LOG/mpi/, then test/test_emu_tp.sh's,
+#      test_emu_pp.sh's and test_emu_cp.sh's runs on the real device: NCCL between ranks on different GPUs,
 #      the host-staged wire when they share one)
 # Exit status 0 only when every check passed. Needs no MPI (builds with NO_MPI=1). Without a GPU
 # it says so and exits 1. Record the figures with the device and date in doc/gpu-results.md.
@@ -144,7 +144,7 @@ else
     row "GPT-2 124M bf16, 16x1024 (bench)" "FAIL" "not built"
 fi
 
-# ---- 7. tensor, sequence and pipeline parallelism on the GPU (needs MPI)
+# ---- 7. tensor, sequence, pipeline and context parallelism on the GPU (needs MPI)
 if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
     mkdir -p "$LOG/mpi"
     if run build_mpi_fp32 $MAKE PRECISION=FP32 -B train_gpt2cu && cp train_gpt2cu "$LOG/mpi/train_gpt2cu_fp32" &&
@@ -158,6 +158,11 @@ if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
             row "pipeline parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/pp.log") checks, see $LOG/pp.log"
         else
             row "pipeline parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/pp.log"
+        fi
+        if EMU_BIN_DIR="$LOG/mpi" run cp bash test/test_emu_cp.sh; then
+            row "context parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/cp.log") checks, see $LOG/cp.log"
+        else
+            row "context parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/cp.log"
         fi
     else
         row "build train_gpt2cu with MPI (bf16, fp32)" "FAIL" "see $LOG/build_mpi_*.log"

@@ -38,6 +38,7 @@ suite data          fast 1 "$PY" test/test_data.py
 suite generate      fast 1 ./test_generatecpu
 suite seams         fast 1 ./test_seamscpu
 suite pp-schedule   fast 1 ./test_pp_schedulecpu
+suite cp-attention  fast 1 bash test/test_cp_attention.sh
 suite layout        fast 1 "$PY" test/test_layout.py
 suite sft-data      fast 1 bash test/test_sft.sh
 suite collectives   fast 1 bash test/test_collectives.sh
@@ -47,6 +48,7 @@ suite launch        fast 2 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
 suite pipeline      full 2 bash test/test_pp.sh
+suite context-parallel full 2 bash test/test_cp.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
@@ -60,6 +62,7 @@ if [ -n "$EMU_INC" ]; then
     suite emu-dp          full 1 bash test/test_emu_dp.sh
     suite emu-tp          full 1 bash test/test_emu_tp.sh
     suite emu-pp          full 1 bash test/test_emu_pp.sh
+    suite emu-cp          full 1 bash test/test_emu_cp.sh
     suite emu-collectives full 1 bash test/test_emu_collectives.sh
     suite emu-lab         full 2 bash dev/emu/run_lab.sh build/emu/dev/cuda encoder_forward encoder_backward layernorm_forward \
         layernorm_backward matmul_forward matmul_backward attention_forward attention_backward gelu_forward gelu_backward \

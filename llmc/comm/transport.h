@@ -168,12 +168,33 @@ typedef struct {
     int tag;            // MPI tag, < 32767
 } CommMsg;
 
-static inline void comm_exchange(Comm* c, const CommMsg* msgs, int n, CommType t) {
+// The exchange in two halves, so that work can run while the messages travel (ring attention,
+// llmc/parallel/cp.h): comm_exchange_start posts every message and returns; comm_exchange_finish
+// waits for all of them (and checks the received sizes). Between the two the buffers belong to
+// the wire: do not touch them. On the NCCL wire the messages run on c->stream; with a
+// non-blocking stream (comm_enable_device's `nonblocking`), kernels launched between start and
+// finish on the compute stream run at the same time as the transfer.
+typedef struct {
+    Comm* c;
+    CommType t;
+    std::vector<CommMsg> msgs;
+    std::vector<MPI_Request> req;
+    std::vector<std::vector<char>> staged;   // the staged wire: host copies of device buffers
+    int nccl;                                // 1: the messages are in flight on c->stream
+} CommPending;
+
+static inline void comm_exchange_start(Comm* c, const CommMsg* msgs, int n, CommType t, CommPending* p) {
     size_t esize = comm_type_size(t);
     for (int i = 0; i < n; i++) {
         comm_check_peer(c, "comm_exchange", msgs[i].peer);
         if ((msgs[i].send == NULL) == (msgs[i].recv == NULL)) { comm_die(c, "comm_exchange", "message %d is neither one send nor one receive", i); }
     }
+    p->c = c;
+    p->t = t;
+    p->msgs.assign(msgs, msgs + n);
+    p->nccl = 0;
+    p->req.assign(n, MPI_REQUEST_NULL);
+    p->staged.assign(n, std::vector<char>());
 #ifdef LLMC_CUDA_COMM
     if (c->device && !c->staged) {   // NCCL: one group (device buffers: the pipeline's are)
         comm_nccl_check(c, "ncclGroupStart", ncclGroupStart());
@@ -189,44 +210,60 @@ static inline void comm_exchange(Comm* c, const CommMsg* msgs, int n, CommType t
             }
         }
         comm_nccl_check(c, "ncclGroupEnd", ncclGroupEnd());
-        comm_sync(c, "comm_exchange");
-        for (int i = 0; i < n; i++) {
-            if (msgs[i].send) { c->bytes_sent += msgs[i].count * esize; c->messages_sent += 1; }
-        }
+        p->nccl = 1;
         return;
     }
 #endif
-    std::vector<MPI_Request> req(n);
-    std::vector<MPI_Status> st(n);
-    std::vector<std::vector<char>> staged(n);   // the staged wire: host copies of device buffers
     for (int i = 0; i < n; i++) {
         size_t bytes = msgs[i].count * esize;
         const void* sbuf = msgs[i].send;
         void* rbuf = msgs[i].recv;
 #ifdef LLMC_CUDA_COMM
         if (c->device && bytes > 0 && comm_is_device_ptr(sbuf ? sbuf : rbuf)) {
-            staged[i].resize(bytes);
+            p->staged[i].resize(bytes);
             if (sbuf) {
-                comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(staged[i].data(), sbuf, bytes, cudaMemcpyDeviceToHost));
-                sbuf = staged[i].data();
+                comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(p->staged[i].data(), sbuf, bytes, cudaMemcpyDeviceToHost));
+                sbuf = p->staged[i].data();
             } else {
-                rbuf = staged[i].data();
+                rbuf = p->staged[i].data();
             }
         }
 #endif
         int nb = comm_int_count(c, "comm_exchange", bytes);
-        if (sbuf) { MPI_Isend(sbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &req[i]); }
-        else { MPI_Irecv(rbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &req[i]); }
+        if (sbuf) { MPI_Isend(sbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &p->req[i]); }
+        else { MPI_Irecv(rbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &p->req[i]); }
     }
-    MPI_Waitall(n, req.data(), st.data());
-    for (int i = 0; i < n; i++) {
-        size_t bytes = msgs[i].count * esize;
-        if (msgs[i].send) { c->bytes_sent += bytes; c->messages_sent += 1; continue; }
-        comm_check_received(c, "comm_exchange", &st[i], bytes, msgs[i].peer);
+}
+
+static inline void comm_exchange_finish(CommPending* p) {
+    Comm* c = p->c;
+    size_t esize = comm_type_size(p->t);
+    int n = (int)p->msgs.size();
+    if (!p->nccl) {
+        std::vector<MPI_Status> st(n);
+        MPI_Waitall(n, p->req.data(), st.data());
+        for (int i = 0; i < n; i++) {
+            if (p->msgs[i].send) { continue; }
+            size_t bytes = p->msgs[i].count * esize;
+            comm_check_received(c, "comm_exchange", &st[i], bytes, p->msgs[i].peer);
 #ifdef LLMC_CUDA_COMM
-        if (!staged[i].empty()) {
-            comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(msgs[i].recv, staged[i].data(), bytes, cudaMemcpyHostToDevice));
-        }
+            if (!p->staged[i].empty()) {
+                comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(p->msgs[i].recv, p->staged[i].data(), bytes, cudaMemcpyHostToDevice));
+            }
 #endif
+        }
     }
+#ifdef LLMC_CUDA_COMM
+    if (p->nccl) { comm_sync(c, "comm_exchange"); }
+#endif
+    for (int i = 0; i < n; i++) {
+        if (p->msgs[i].send) { c->bytes_sent += p->msgs[i].count * esize; c->messages_sent += 1; }
+    }
+    p->msgs.clear();
+}
+
+static inline void comm_exchange(Comm* c, const CommMsg* msgs, int n, CommType t) {
+    CommPending p;
+    comm_exchange_start(c, msgs, n, t, &p);
+    comm_exchange_finish(&p);
 }

@@ -14,8 +14,10 @@
 //   forward:  out[b,t,:]  = (v0 <= tok < v0 + Vs ? wte_shard[tok - v0,:] : 0) + wpe[pos,:]
 //   backward: dwte_shard[tok - v0,:] += dout[b,t,:] for the tokens in range; dwpe as above
 // pos is t, or positions[b T + t] when positions is given (generation: tokens of several
-// sequences at arbitrary positions, as B = 1, T = N). With v0 = 0 and every token in range
-// these are the plain embedding's passes.
+// sequences at arbitrary positions, as B = 1, T = N; context parallelism: this rank's part of
+// each sequence, llmc/parallel/cp.h). The backward reads positions[t] (the first sequence's):
+// in training every sequence holds the same positions, all different. With v0 = 0 and every
+// token in range these are the plain embedding's passes.
 static inline void encoder_forward_vocab(float* out, const int* inp, const int* positions, const float* wte,
                                          const float* wpe, int v0, int Vs, int B, int T, int C) {
     #pragma omp parallel for collapse(2)
@@ -30,8 +32,8 @@ static inline void encoder_forward_vocab(float* out, const int* inp, const int* 
     }
 }
 
-static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float* dout, const int* inp, int v0, int Vs,
-                                          int B, int T, int C) {
+static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float* dout, const int* inp,
+                                          const int* positions, int v0, int Vs, int B, int T, int C) {
     const int CB = 16;  // channels per block: one 64-byte cache line of floats
     int nblocks = (C + CB - 1) / CB;
     #pragma omp parallel for
@@ -46,7 +48,7 @@ static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float*
                     for (int c = c0; c < c1; c++) { dwte_ix[c] += dout_bt[c]; }
                 }
                 if (dwpe) {
-                    float* dwpe_t = dwpe + (size_t)t * C;
+                    float* dwpe_t = dwpe + (size_t)(positions ? positions[t] : t) * C;
                     for (int c = c0; c < c1; c++) { dwpe_t[c] += dout_bt[c]; }
                 }
             }
@@ -58,7 +60,7 @@ static inline void encoder_forward(float* out, const int* inp, const float* wte,
     encoder_forward_vocab(out, inp, NULL, wte, wpe, 0, INT_MAX, B, T, C);
 }
 static inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
-    encoder_backward_vocab(dwte, dwpe, dout, inp, 0, INT_MAX, B, T, C);
+    encoder_backward_vocab(dwte, dwpe, dout, inp, NULL, 0, INT_MAX, B, T, C);
 }
 
 // Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/generate.h):

@@ -15,6 +15,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "attention.cuh"
+#include "attention_block.cuh"   // the pieces of ring attention (llmc/parallel/cp.h)
 #include "gelu.cuh"
 #include "residual.cuh"
 #include "classifier.cuh"

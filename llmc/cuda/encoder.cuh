@@ -1,7 +1,7 @@
 // Token + position embedding (formulas in llmc/cpu/encoder.h).
 //   forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]          one thread per output element
 //   backward: dwte[tok,:] += sum of dout[b,t,:] over the positions holding tok
-//             dwpe[t,:]   += sum_b dout[b,t,:]
+//             dwpe[pos,:] += sum_b dout[b,t,:]    pos = t, or positions[t] (llmc/cpu/encoder.h)
 // Determinism without atomics: positions that hold the same token would race on the same
 // dwte row, so the backward first groups the B*T positions by token on the host (a stable
 // counting sort of the token ids, which the host copies back: B*T ints). Then one block per
@@ -54,16 +54,19 @@ __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, co
     row[c] = from_float(to_float(row[c]) + s);
 }
 
-__global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+// positions: NULL (t) or the first sequence's positions (all different), as in llmc/cpu/encoder.h
+__global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, const int* positions, int B, int T, int C) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;   // = t * C + c
     if (i >= (size_t)T * C) { return; }
     float s = 0.0f;
     for (int b = 0; b < B; b++) { s += to_float(dout[(size_t)b * T * C + i]); }
-    dwpe[i] = from_float(to_float(dwpe[i]) + s);
+    size_t t = i / C, row = positions ? (size_t)positions[t] : t;
+    floatX* d = dwpe + row * C + i % C;
+    *d = from_float(to_float(*d) + s);
 }
 
-static inline void encoder_backward_vocab(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int v0, int Vs,
-                                          int B, int T, int C) {
+static inline void encoder_backward_vocab(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+                                          const int* positions, int v0, int Vs, int B, int T, int C) {
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int BT = B * T;
@@ -102,12 +105,12 @@ static inline void encoder_backward_vocab(floatX* dwte, floatX* dwpe, const floa
         cudaCheckLaunch();
     }
     if (dwpe) {
-        encoder_backward_wpe_kernel<<<(int)ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
+        encoder_backward_wpe_kernel<<<(int)ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, positions, B, T, C);
         cudaCheckLaunch();
     }
 }
 static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
-    encoder_backward_vocab(dwte, dwpe, dout, inp, 0, INT_MAX, B, T, C);
+    encoder_backward_vocab(dwte, dwpe, dout, inp, NULL, 0, INT_MAX, B, T, C);
 }
 
 // Embedding of N tokens at given positions (generation with a KV cache, llmc/generate.h):

@@ -152,8 +152,9 @@ static inline int dp_print_memory(DataParallel* dp) {
     MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, dp->comm->mpi);
     char b1[32], b2[32];
     const char* K = BACKEND_MASTER_WEIGHTS || dp->offload ? "12 (master, m, v)" : "8 (m, v)";
-    printf("data parallel %s on %d ranks: Psi = %zu parameters (%zu padded), a = %zu bytes, K = %s\n",
-           dp->ops->name, dp->N, dp->psi, dp->psi_pad, sizeof(floatX), K);
+    printf("data parallel %s on %d ranks%s: Psi = %zu parameters (%zu padded), a = %zu bytes, K = %s\n",
+           dp->ops->name, dp->N, strcmp(dp->comm->name, "dp x cp") == 0 ? " (the dp x cp group)" : "", dp->psi, dp->psi_pad,
+           sizeof(floatX), K);
     if (!dp->buckets.empty()) {
         printf("buckets      %zu (", dp->buckets.size());
         for (size_t b = 0; b < dp->buckets.size(); b++) {

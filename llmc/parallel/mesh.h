@@ -2,8 +2,11 @@
 //   rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
 // so that tensor-parallel peers are neighbours (one node, NVLink) and data-parallel peers are
 // far apart (across nodes). Each dimension has its own communicator: the ranks that differ
-// only in that coordinate. Data parallelism (llmc/parallel/dp.h) uses mesh.dp; pipeline,
-// context and tensor parallelism slot into pp, cp and tp.
+// only in that coordinate. Pipeline, context and tensor parallelism use pp, cp and tp. Data
+// parallelism (llmc/parallel/dp.h) averages gradients over dp_cp, the dp x cp ranks that differ
+// only in their data and context coordinates: context-parallel ranks hold the same weights and
+// different tokens, so for the gradient they are data-parallel ranks (Megatron's combined
+// data-and-context group).
 //
 //   world 8 = dp 2 x pp 1 x cp 1 x tp 4:   dp groups {0,4} {1,5} {2,6} {3,7}
 //                                          tp groups {0,1,2,3} {4,5,6,7}
@@ -16,6 +19,8 @@ typedef struct {
     int coord[4];    // this rank's coordinate in each dimension
     Comm world;
     Comm dim[4];     // dim[MESH_DP] holds the ranks that share pp, cp and tp coordinates
+    Comm dp_cp;      // the ranks that share pp and tp: the dp x cp ranks that hold the same weights
+                     // and different tokens, over which gradients are averaged (cp = 1: dim[MESH_DP])
 } Mesh;
 
 enum { MESH_DP = 0, MESH_PP = 1, MESH_CP = 2, MESH_TP = 3 };
@@ -51,6 +56,8 @@ static inline Mesh mesh_init(Comm* world, int dp, int pp, int cp, int tp) {
         c[d] = 0;
         m.dim[d] = comm_split(world, mesh_rank_of(m.size, c), m.coord[d], MESH_NAMES[d]);
     }
+    int c[4] = {0, m.coord[1], 0, m.coord[3]};
+    m.dp_cp = comm_split(world, mesh_rank_of(m.size, c), m.coord[0] * cp + m.coord[2], cp > 1 ? "dp x cp" : "dp");
     return m;
 }
 
@@ -61,4 +68,5 @@ static inline void mesh_print(const Mesh* m) {
 
 static inline void mesh_free(Mesh* m) {
     for (int d = 0; d < 4; d++) { comm_free(&m->dim[d]); }
+    comm_free(&m->dp_cp);
 }

@@ -12,7 +12,8 @@
 // On one rank the plan is the identity: no hooks, the model's own update, communicators of
 // size 1. A strategy that arrives later adds its file under llmc/parallel/ and is wired in
 // here (plan_attach), not in main: tensor parallelism replaces ops entries and sets the
-// model's place, the pipeline replaces the step, data parallelism installs hooks.
+// model's place, the pipeline replaces the step, context parallelism replaces the attention op
+// and wraps the step (each rank's part of every sequence), data parallelism installs hooks.
 #pragma once
 
 #include <string>
@@ -28,6 +29,7 @@
 #include "dp.h"
 #include "tp.h"
 #include "pp.h"
+#include "cp.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -37,11 +39,13 @@ typedef struct {
     int ndp, dp_rank;       // data-parallel size and this rank's index (1 and 0 without it)
     int ntp;                // tensor-parallel size (1 without it)
     int npp;                // pipeline stages (1 without it)
+    int ncp;                // context-parallel ranks (1 without it)
     std::vector<int> pp_split;   // --pp-split: layers per stage (empty: the even split)
     Mesh mesh;
     DataParallel dp;
     TensorParallel tp;      // with ntp > 1: the ops of llmc/parallel/tp.h on the mesh's tp group
     PipelineParallel pp;    // with npp > 1: the schedule's executor (llmc/parallel/pp.h) is the step
+    ContextParallel cp;     // with ncp > 1: ring attention (llmc/parallel/cp.h), the step wrapped
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
@@ -63,12 +67,13 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     plan->step = step_grad_accum();
     plan->ntp = args->tp;
     plan->npp = args->pp;
+    plan->ncp = args->cp;
     memset(&plan->tp, 0, sizeof(plan->tp));
     plan->pp.comm = NULL;
     plan->pp_split.clear();
-    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1 || args->pp > 1)) {
-        die("data, tensor and pipeline parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp) need the MPI build: "
-            "apt-get install libopenmpi-dev, then make");
+    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1 || args->pp > 1 || args->cp > 1)) {
+        die("data, tensor, pipeline and context parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp, --cp) need the "
+            "MPI build: apt-get install libopenmpi-dev, then make");
     }
     for (const char* s = args->pp_split; s && *s;) {   // "2,4,2": layers per stage
         char* end;
@@ -81,20 +86,21 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
     // parallelism the main thread's collectives and messages on the tp and pp groups run while
     // the thread reduces gradients on the dp group, which needs MPI_THREAD_MULTIPLE.
-    int multi = args->tp > 1 || args->pp > 1;
+    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1;
     int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
         die("this MPI library does not provide %s%s", need == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED",
-            multi ? " (--tp/--pp: their messages and the dp collectives run in two threads at once)" : "");
+            multi ? " (--tp/--pp/--cp: their messages and the dp collectives run in two threads at once)" : "");
     }
     plan->world = comm_init_world(argc, argv);
     plan->rank = plan->world.rank;
     plan->world_size = plan->world.size;
     plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
-    if (plan->world_size % (args->tp * args->pp) != 0) {
-        die("--tp %d x --pp %d = %d does not divide the %d ranks mpirun started [rank %d]", args->tp, args->pp,
-            args->tp * args->pp, plan->world_size, plan->rank);
+    int model_ranks = args->tp * args->pp * args->cp;
+    if (plan->world_size % model_ranks != 0) {
+        die("--tp %d x --pp %d x --cp %d = %d does not divide the %d ranks mpirun started [rank %d]", args->tp, args->pp,
+            args->cp, model_ranks, plan->world_size, plan->rank);
     }
     // one GPU per rank of a node (CUDA build): the node-local rank picks it
     MPI_Comm node;
@@ -105,7 +111,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     backend_init(local_rank);
     plan->ndp = 1;
     if (plan->use_dp) {
-        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / (args->tp * args->pp), args->pp, 1,
+        plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / model_ranks, args->pp, args->cp,
                                args->tp);
         plan->ndp = plan->mesh.size[MESH_DP];
         plan->dp_rank = plan->mesh.coord[MESH_DP];
@@ -113,12 +119,15 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
         // the data-parallel collectives move device buffers: NCCL, or host-staged MPI when ranks
         // share a GPU, on a non-blocking stream of their own (ordered after the compute stream
         // by the event dp_enqueue records, so communication can overlap the backward)
-        comm_enable_device(&plan->mesh.dim[MESH_DP], 0, 1);
+        comm_enable_device(&plan->mesh.dp_cp, 0, 1);
         // the tp collectives run on the compute thread, in order with the kernels around them:
         // a blocking stream (ordered after the compute stream's work), as Megatron's are
         if (args->tp > 1) { comm_enable_device(&plan->mesh.dim[MESH_TP], 0, 0); }
         // the pipeline's messages too: activations and their gradients are device buffers
         if (args->pp > 1) { comm_enable_device(&plan->mesh.dim[MESH_PP], 0, 0); }
+        // ring attention's exchanges overlap the attention: a non-blocking stream, ordered after
+        // the compute so far by an event before each call (cp_comm_ready)
+        if (args->cp > 1) { comm_enable_device(&plan->mesh.dim[MESH_CP], 0, 1); }
 #endif
     }
     if (plan->rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
@@ -150,6 +159,9 @@ static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
     return p;
 }
 
+// The tokens per sequence this rank's activations hold: T, or T/cp with context parallelism.
+static inline int plan_local_seq(const Plan* plan, int T) { return T / plan->ncp; }
+
 // This rank's micro-batch: the global --batch over micro-steps and data-parallel ranks.
 static inline int plan_micro_batch(const Plan* plan) {
     const TrainArgs* a = plan->args;
@@ -171,6 +183,10 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
     }
+    if (plan->ncp > 1) {   // context parallelism: the attention op, this rank's positions
+        cp_init(&plan->cp, model, &plan->mesh.dim[MESH_CP], cp_algo_parse(a->cp_algo), strcmp(a->cp_split, "zigzag") == 0,
+                a->seq, use_ring);
+    }
     if (plan->npp > 1) {   // the pipeline: the step, its activation slots, the sums over the stages
         pp_init(&plan->pp, model, &plan->mesh.dim[MESH_PP], pp_schedule_parse(a->pp_schedule), a->pp_chunks, a->grad_accum,
                 use_ring, cfg.shards);
@@ -178,7 +194,8 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
         cfg.defer_root = 1;
         plan->step = pp_step(&plan->pp);
     }
-    dp_init(&plan->dp, model, &plan->mesh.dim[MESH_DP], &cfg);
+    if (plan->ncp > 1) { plan->step = cp_step(&plan->cp, plan->step); }   // each rank's part of every sequence
+    dp_init(&plan->dp, model, &plan->mesh.dp_cp, &cfg);   // gradients averaged over dp x cp
     if (plan->npp > 1) {   // the tied wte's gradient is reduced over the replicas after the embedding group's sum
         plan->pp.dp = &plan->dp;
         plan->pp.root_done = dp_root_done;
@@ -190,10 +207,12 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
 static inline void plan_zero_grad(Plan* plan) {
     if (plan->use_dp) { dp_zero_grad(&plan->dp); } else { gpt2_zero_grad(plan->model); }
     if (plan->ntp > 1) { tp_step_begin(&plan->tp); }
+    if (plan->ncp > 1) { cp_step_begin(&plan->cp); }
 }
 
-// whether this rank holds a whole pipeline (generation, samples and the accuracy eval need it)
-static inline int plan_whole_pipeline(const Plan* plan) { return plan->npp == 1; }
+// whether this rank holds the whole model on whole sequences (generation, samples and the
+// accuracy eval need it): not with a pipeline, nor with context parallelism
+static inline int plan_whole_model(const Plan* plan) { return plan->npp == 1 && plan->ncp == 1; }
 
 static inline float plan_update(Plan* plan, float lr) {
     const TrainArgs* a = plan->args;
@@ -201,14 +220,21 @@ static inline float plan_update(Plan* plan, float lr) {
     return gpt2_update(plan->model, lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip);
 }
 
-// sum of a value over the data-parallel ranks (the value itself on one rank)
+// sum of a value over the data-parallel ranks, the dp x cp group with context parallelism (the
+// value itself on one rank)
 static inline double plan_sum(Plan* plan, double x) {
     if (plan->use_dp) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, plan->dp.comm->mpi); }
     return x;
 }
-// the mean over data-parallel ranks of a per-rank mean (a step's loss)
+// sum of a value every rank of a batch computed alike (a count over the whole batch): over the
+// dp ranks only, not the cp ranks that share the batch
+static inline double plan_sum_batches(Plan* plan, double x) {
+    if (plan->use_dp) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, plan->mesh.dim[MESH_DP].mpi); }
+    return x;
+}
+// the mean over data-parallel (dp x cp) ranks of a per-rank mean (a step's loss)
 static inline float plan_mean(Plan* plan, float x) {
-    return plan->use_dp ? (float)(plan_sum(plan, x) / plan->ndp) : x;
+    return plan->use_dp ? (float)(plan_sum(plan, x) / plan->dp.comm->size) : x;
 }
 // all-gather n floats from every data-parallel rank, in rank order (a copy on one rank); the
 // signature of llmc/rlvr.h's GatherFn with the plan as ctx
@@ -220,7 +246,7 @@ static inline void plan_gather_floats(const float* mine, int n, float* all, void
 
 // The ranks that draw the samples: rank 0, and with tensor parallelism the rest of its tp group,
 // which computes the other shards of every token (they draw the same numbers; rank 0 prints)
-static inline int plan_samples(const Plan* plan) { return plan->dp_rank == 0 && plan_whole_pipeline(plan); }
+static inline int plan_samples(const Plan* plan) { return plan->dp_rank == 0 && plan_whole_model(plan); }
 
 // Evaluation, sampling and checkpoints want the whole model on this rank (ZeRO-3 gathers it)
 static inline void plan_full_model_begin(Plan* plan) { if (plan->use_dp) { dp_full_model_begin(&plan->dp); } }
@@ -282,6 +308,11 @@ static inline void plan_print_layout(Plan* plan) {
         pp_print_plan(&plan->pp, &m->config, plan->pp_split.empty() ? NULL : plan->pp_split.data(), plan->args->pp_print);
         if (plan->args->sample_every > 0) { printf("note: no samples with --pp: generation runs the whole model on one rank\n"); }
     }
+    if (plan->ncp > 1) {
+        cp_print_plan(&plan->cp);
+        cp_print_memory(&plan->cp);
+        if (plan->args->sample_every > 0) { printf("note: no samples with --cp: generation runs whole sequences on one rank\n"); }
+    }
     if (plan->ntp > 1) { tp_print_memory(&plan->tp); }
     if (plan->npp > 1) { pp_print_memory(&plan->pp); }
     dp_print_memory(&plan->dp);
@@ -310,6 +341,7 @@ static inline void plan_report_step(Plan* plan, int step) {
         tp_report_step(&plan->tp, plan->args->grad_accum, m->acts[0].B, m->acts[0].T, plan_norm_elems(plan));
     }
     if (plan->npp > 1) { pp_report_step(&plan->pp, plan->model->max_B, plan->model->max_T); }
+    if (plan->ncp > 1) { cp_report_step(&plan->cp, plan->args->grad_accum, plan->model->max_B); }
     if (step > 0) { plan->comm_total += plan->dp.comm_seconds; plan->exposed_total += plan->dp.exposed_seconds; }
 }
 
@@ -345,6 +377,7 @@ static inline void plan_write_trace(Plan* plan, const char* path) {
 static inline void plan_free(Plan* plan) {
     if (plan->ntp > 1) { tp_free(&plan->tp); }
     if (plan->npp > 1) { pp_free(&plan->pp); }
+    if (plan->ncp > 1) { cp_free(&plan->cp); }
     if (plan->use_dp) {
         dp_shutdown(&plan->dp);
         mesh_free(&plan->mesh);

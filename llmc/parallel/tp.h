@@ -221,7 +221,7 @@ static inline size_t tp_formula_activations(const GPT2* m, int B, int T, int slo
     const GPT2Config* c = &m->config;
     size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, Ls = (size_t)gpt2_slot_layers(m), a = sizeof(floatX);
     size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), Vs = (size_t)c->padded_vocab_size / tp;
-    size_t per_layer = BTs * (6 * C * a + 16) + BT * 12 * C / tp * a + attention_state_size(B, T, c->num_heads / (int)tp) * 4;
+    size_t per_layer = BTs * (6 * C * a + 16) + BT * 12 * C / tp * a + gpt2_attention_state_size(m, B, T) * 4;
     size_t per_slot = Ls * per_layer
                       + BTs * (2 * C * a + 8)                 // encoded, lnf and its statistics
                       + (m->place.has_head ? BT * Vs * a : 0) // logits

@@ -37,12 +37,12 @@ static inline void vocab_embedding_forward(void* ctx, const OpAt* at, floatX* ou
 }
 
 static inline void vocab_embedding_backward(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout,
-                                            const int* tokens, int C) {
+                                            const int* tokens, const int* positions, int C) {
     TensorParallel* tp = (TensorParallel*)ctx;
     const TPRegion* R = tp_region(at);
     int Vs = vocab_shard_rows(tp);
     const floatX* dy = R->exit_backward(tp, at, dout, C);   // B x T tokens
-    encoder_backward_vocab(dwte, dwpe, dy, tokens, tp->rank * Vs, Vs, at->B, at->T, C);
+    encoder_backward_vocab(dwte, dwpe, dy, tokens, positions, tp->rank * Vs, Vs, at->B, at->T, C);
 }
 
 // Sampling (llmc/generate.h) needs a whole row of logits: rank t's Vs columns are the row's

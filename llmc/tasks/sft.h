@@ -36,7 +36,8 @@ static inline double sft_val_loss(Task* t, const char** what) {
         for (int j = 0; j < val->B * val->T; j++) { count += val->weights[j]; }
     }
     *what = " (answer tokens)";
-    return (float)(plan_sum(t->plan, sum) / std::max(1.0, plan_sum(t->plan, count)));
+    // sum: this rank's tokens (its part of each sequence with --cp); count: the whole batch's
+    return (float)(plan_sum(t->plan, sum) / std::max(1.0, plan_sum_batches(t->plan, count)));
 }
 
 static inline float sft_begin_step(Task* t, int step) {
