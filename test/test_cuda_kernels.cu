@@ -53,6 +53,7 @@ namespace cpu {
 #include "../llmc/cpu/layernorm.h"
 #include "../llmc/cpu/matmul.h"
 #include "../llmc/cpu/attention.h"
+#include "../llmc/cpu/attention_block.h"
 #include "../llmc/cpu/gelu.h"
 #include "../llmc/cpu/residual.h"
 #include "../llmc/cpu/classifier.h"
@@ -780,6 +781,286 @@ static void test_attention_cached(int C, int NH, int maxT) {
 }
 
 // ---------------------------------------------------------------------------------------
+// attention by blocks (ring attention's pieces, llmc/cuda/attention_block.cuh) against
+// llmc/cpu/attention_block.h. Every tensor in its own row layout (pointer, seq, ld) with an odd
+// ld and the block starting a few rows in (the rows around it NaN: reading one fails the
+// check), v a separate pointer inside the [k|v] rows. Positions put the block anywhere relative
+// to the queries: partly visible, entirely in the past (no mask), on the diagonal, entirely in
+// the future (every row masked: o 0, lse -inf, gradients untouched), rows that see no key.
+// o, lse, the gradients and delta are fp32 (nothing to round), so a check is |gpu - cpu| <= delta:
+//   forward: as test_attention (mag = sum P |v| over the block's visible keys, P normalised in
+//     the block; magS = mag (1 + the row's largest score magnitude); T = nk);
+//   backward (given lse and delta): P = exp(s - lse), dS = P (dO.v - delta); mag of dq:
+//     |start| + scale sum_j P (|dO||v| + |delta|) |k|, of dk the same over i with |q|, of dv
+//     |start| + sum_i P |dO|; magS: each term times (1 + the row's largest score magnitude + |lse|),
+//     the rounding of s - lse; T = max(nq, nk); delta = 4 (hs + T + 32) UF magS.
+
+// a (B, seq, ld) buffer: rows r0 .. r0 + n - 1, columns 0 .. width - 1 random (floatX values), NaN elsewhere
+static fvec ab_rows(int B, int seq, int ld, int r0, int n, int width, float std = 1.0f) {
+    fvec x((size_t)B * seq * ld, NAN);
+    for (int b = 0; b < B; b++) {
+        for (int i = r0; i < r0 + n; i++) {
+            fvec r = randn(width, std);
+            std::copy(r.begin(), r.end(), x.begin() + ((size_t)b * seq + i) * ld);
+        }
+    }
+    return x;
+}
+
+static void test_attention_block(int B, int nq, int nk, int C, int NH, int q_pos, int k_pos) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    std::string s = shape("attention_block hs=%d B=%d nq=%d nk=%d NH=%d q_pos=%d k_pos=%d", hs, B, nq, nk, NH, q_pos, k_pos);
+    // layouts: q rows from row 2 of (B, nq + 3, C + 3); k|v from row 1 of (B, nk + 2, 2C + 1), v = k + C
+    int q_seq = nq + 3, q_ld = C + 3, q0 = 2, kv_seq = nk + 2, kv_ld = 2 * C + 1, k0 = 1;
+    fvec q = ab_rows(B, q_seq, q_ld, q0, nq, C, 1.5f), kv = ab_rows(B, kv_seq, kv_ld, k0, nk, 2 * C);
+    floatX *d_q = upx(q), *d_kv = upx(kv);
+    const float* hq = q.data() + (size_t)q0 * q_ld;
+    const float* hk = kv.data() + (size_t)k0 * kv_ld;
+    const floatX* dq_in = d_q + (size_t)q0 * q_ld;
+    const floatX* dk_in = d_kv + (size_t)k0 * kv_ld;
+    auto qv = [&](int b, int i) { return hq + ((size_t)b * q_seq + i) * q_ld; };
+    auto kk = [&](int b, int j) { return hk + ((size_t)b * kv_seq + j) * kv_ld; };
+    auto last_key = [&](int i) { return (int)std::min<long>((long)q_pos + i - k_pos, nk - 1); };
+
+    // ---- forward
+    size_t no = (size_t)B * nq * C, nl = (size_t)B * NH * nq;
+    fvec o(no, NAN), lse(nl, NAN);
+    cpu::attention_block_forward(o.data(), lse.data(), hq, q_seq, q_ld, hk, hk + C, kv_seq, kv_ld, B, nq, nk, C, NH, q_pos, k_pos);
+    float *d_o = upf(nan_fill(no)), *d_lse = upf(nan_fill(nl));
+    attention_block_forward(d_o, d_lse, dq_in, q_seq, q_ld, dk_in, dk_in + C, kv_seq, kv_ld, B, nq, nk, C, NH, q_pos, k_pos);
+    dvec mo(no, 0.0), moS(no, 0.0), dl(nl, 0.0), rowS(nl, 1.0);
+    int masked = 0;
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < nq; i++) {
+                int last = last_key(i);
+                size_t row = ((size_t)b * NH + h) * nq + i;
+                if (last < 0) { masked++; continue; }   // mag 0: o must be exactly 0 (and lse -inf)
+                dvec sc(last + 1);
+                double mx = -INFINITY, smax = 0.0, l = 0.0;
+                for (int j = 0; j <= last; j++) {
+                    double sv = 0.0, sm = 0.0;
+                    for (int c = 0; c < hs; c++) { sv += (double)qv(b, i)[h * hs + c] * kk(b, j)[h * hs + c]; sm += fabs((double)qv(b, i)[h * hs + c] * kk(b, j)[h * hs + c]); }
+                    sc[j] = sv * scale;
+                    mx = std::max(mx, sc[j]);
+                    smax = std::max(smax, sm * scale);
+                }
+                for (int j = 0; j <= last; j++) { l += exp(sc[j] - mx); }
+                rowS[row] = 1.0 + smax;
+                dl[row] = 4.0 * (hs + nk + 32) * UF * rowS[row] + 4.0 * UF * fabs(mx + log(l));
+                for (int c = 0; c < hs; c++) {
+                    double a = 0.0;
+                    for (int j = 0; j <= last; j++) { a += exp(sc[j] - mx) / l * fabs(kk(b, j)[C + h * hs + c]); }
+                    mo[((size_t)b * nq + i) * C + h * hs + c] = a;
+                    moS[((size_t)b * nq + i) * C + h * hs + c] = a * rowS[row];
+                }
+            }
+        }
+    }
+    std::string sm = shape(" (%d of %d rows see no key)", masked, B * NH * nq);
+    check_close(s + ": forward o" + sm, getf(d_o, no), o, attn_delta(mo, moS, 0.0, hs, nk), false,
+                "+- 4(hs+nk+32) UF magS; masked rows exactly 0");
+    check_close(s + ": forward lse", getf(d_lse, nl), lse, dl, false, "+- (4(hs+nk+32) UF rowS + 4 UF |lse|); masked -inf");
+
+    // ---- backward, from a final lse = the block's + log(1 + x) (other blocks' share), and a delta.
+    // Rows that see no key get lse -inf now and then (a row no block shows a key to): must be skipped.
+    int lse_seq = nq + 2, l0 = 1, dq_seq = nq + 1, dq0r = 1, dkv_seq = nk + 3, dkv_ld = 2 * C + 2, dk0 = 2;
+    int dout_seq = nq + 2, do0 = 1;
+    fvec flse((size_t)B * NH * lse_seq, NAN), fdelta((size_t)B * NH * lse_seq, NAN);
+    fvec ex = randn((size_t)B * NH * nq, 1.0f, 0.0f, false), dd = randn((size_t)B * NH * nq, 1.5f, 0.0f, false);
+    for (int bh = 0; bh < B * NH; bh++) {
+        for (int i = 0; i < nq; i++) {
+            float lb = lse[(size_t)bh * nq + i];
+            flse[(size_t)bh * lse_seq + l0 + i] = lb == -INFINITY ? (i % 2 ? -INFINITY : ex[(size_t)bh * nq + i])
+                                                                 : lb + log1pf(fabsf(ex[(size_t)bh * nq + i]));
+            fdelta[(size_t)bh * lse_seq + l0 + i] = dd[(size_t)bh * nq + i];
+        }
+    }
+    fvec dout = ab_rows(B, dout_seq, C, do0, nq, C);
+    fvec dqs = ab_rows(B, dq_seq, C, dq0r, nq, C, 0.1f), dkvs = ab_rows(B, dkv_seq, dkv_ld, dk0, nk, 2 * C, 0.1f);
+    for (auto* v : {&dqs, &dkvs}) { for (auto& x : *v) { if (std::isnan(x)) { x = 7.0f; } } }   // outside: must stay 7
+    float *d_lse2 = upf(flse), *d_delta = upf(fdelta), *d_dq = upf(dqs), *d_dkv = upf(dkvs);
+    floatX* d_dout = upx(dout);
+    fvec rq = dqs, rkv = dkvs;
+    const float* hdo = dout.data() + (size_t)do0 * C;
+    cpu::attention_block_backward(rq.data() + (size_t)dq0r * C, dq_seq, rkv.data() + (size_t)dk0 * dkv_ld,
+                                  rkv.data() + (size_t)dk0 * dkv_ld + C, dkv_seq, dkv_ld, hdo, dout_seq,
+                                  flse.data() + l0, fdelta.data() + l0, lse_seq, hq, q_seq, q_ld, hk, hk + C, kv_seq, kv_ld,
+                                  B, nq, nk, C, NH, q_pos, k_pos);
+    attention_block_backward(d_dq + (size_t)dq0r * C, dq_seq, d_dkv + (size_t)dk0 * dkv_ld, d_dkv + (size_t)dk0 * dkv_ld + C,
+                             dkv_seq, dkv_ld, d_dout + (size_t)do0 * C, dout_seq, d_lse2 + l0, d_delta + l0, lse_seq,
+                             dq_in, q_seq, q_ld, dk_in, dk_in + C, kv_seq, kv_ld, B, nq, nk, C, NH, q_pos, k_pos);
+    dvec mq(rq.size()), mqS(rq.size()), mkv(rkv.size()), mkvS(rkv.size());
+    for (size_t i = 0; i < rq.size(); i++) { mq[i] = mqS[i] = fabs(dqs[i]); }
+    for (size_t i = 0; i < rkv.size(); i++) { mkv[i] = mkvS[i] = fabs(dkvs[i]); }
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < nq; i++) {
+                int last = last_key(i);
+                if (last < 0) { continue; }
+                double L = flse[((size_t)b * NH + h) * lse_seq + l0 + i], D = fdelta[((size_t)b * NH + h) * lse_seq + l0 + i];
+                const float* dO = hdo + ((size_t)b * dout_seq + i) * C + h * hs;
+                dvec P(last + 1), dsm(last + 1);
+                double smax = 0.0;
+                for (int j = 0; j <= last; j++) {
+                    const float* kj = kk(b, j) + h * hs;
+                    double sv = 0.0, sa = 0.0, dpm = 0.0;
+                    for (int c = 0; c < hs; c++) {
+                        sv += (double)qv(b, i)[h * hs + c] * kj[c];
+                        sa += fabs((double)qv(b, i)[h * hs + c] * kj[c]);
+                        dpm += fabs((double)dO[c] * kj[C + c]);
+                    }
+                    P[j] = exp(sv * scale - L);
+                    dsm[j] = P[j] * (dpm + fabs(D));
+                    smax = std::max(smax, sa * scale);
+                }
+                double rs = 1.0 + smax + fabs(L);
+                for (int j = 0; j <= last; j++) {
+                    const float* kj = kk(b, j) + h * hs;
+                    for (int c = 0; c < hs; c++) {
+                        size_t iq = ((size_t)b * dq_seq + dq0r + i) * C + h * hs + c;
+                        size_t ik = ((size_t)b * dkv_seq + dk0 + j) * dkv_ld + h * hs + c;
+                        double a = scale * dsm[j] * fabs(kj[c]), bk = scale * dsm[j] * fabs(qv(b, i)[h * hs + c]);
+                        double bv = P[j] * fabs(dO[c]);
+                        mq[iq] += a; mqS[iq] += a * rs;
+                        mkv[ik] += bk; mkvS[ik] += bk * rs;
+                        mkv[ik + C] += bv; mkvS[ik + C] += bv * rs;
+                    }
+                }
+            }
+        }
+    }
+    int T = std::max(nq, nk);
+    check_close(s + ": backward dq (accumulates; rows around untouched)", getf(d_dq, rq.size()), rq,
+                attn_delta(mq, mqS, 0.0, hs, T), false, "+- 4(hs+T+32) UF magS");
+    check_close(s + ": backward dk|dv (accumulate; rows around untouched)", getf(d_dkv, rkv.size()), rkv,
+                attn_delta(mkv, mkvS, 0.0, hs, T), false, "+- 4(hs+T+32) UF magS");
+    dfree(d_q); dfree(d_kv); dfree(d_o); dfree(d_lse); dfree(d_lse2); dfree(d_delta); dfree(d_dq); dfree(d_dkv); dfree(d_dout);
+}
+
+// the merge: accumulator rows from row 3 of (B, nq + 5, C) (lse_acc the same rows of (B, NH, nq + 5));
+// rows where the accumulator, the part, or both are still empty (-inf); lse near 100 on both sides,
+// where exp(l) alone overflows (only the max correction keeps the weights finite).
+// Per implementation, wa = exp(la - m) errs relatively by UF (|la - m| + 2) (0 for a side at -inf),
+// and the normalised weights by twice both; o = the weighted average, so
+//   o: delta = 2 UF (2 (|la - m| + |lb - m|) + 16) (wa |oa| + wb |ob|) / (wa + wb), times 2 (CPU and GPU);
+//   lse: delta = 2 UF (|la - m| + |lb - m| + 8 + 2 |lse|), times 2.
+static void test_attention_merge(int B, int nq, int C, int NH) {
+    int hs = C / NH, acc_seq = nq + 5, a0 = 3;
+    std::string s = shape("attention_merge hs=%d B=%d nq=%d NH=%d acc_seq=%d", hs, B, nq, NH, acc_seq);
+    fvec oacc = randn((size_t)B * acc_seq * C, 1.0f, 0.0f, false), o = randn((size_t)B * nq * C, 1.0f, 0.0f, false);
+    fvec lacc = randn((size_t)B * NH * acc_seq, 2.0f, 1.0f, false), lp = randn((size_t)B * NH * nq, 2.0f, 1.0f, false);
+    int empty_a = 0, empty_b = 0, empty_both = 0;
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < nq; i++) {
+                float& la = lacc[((size_t)b * NH + h) * acc_seq + a0 + i];
+                float& lb = lp[((size_t)b * NH + h) * nq + i];
+                switch ((i + 3 * h + 7 * b) % 6) {
+                    case 0: la = -INFINITY; empty_a++; break;
+                    case 1: lb = -INFINITY; empty_b++; break;
+                    case 2: la = lb = -INFINITY; empty_both++; break;
+                    case 3: la += 100.0f; lb += 99.0f; break;   // exp(la) overflows fp32
+                    default: break;
+                }
+            }
+        }
+    }
+    fvec ra = oacc, rl = lacc;
+    cpu::attention_merge(ra.data() + (size_t)a0 * C, rl.data() + a0, acc_seq, o.data(), lp.data(), B, nq, C, NH);
+    float *d_oa = upf(oacc), *d_la = upf(lacc), *d_o = upf(o), *d_lp = upf(lp);
+    attention_merge(d_oa + (size_t)a0 * C, d_la + a0, acc_seq, d_o, d_lp, B, nq, C, NH);
+    dvec dso(ra.size(), 0.0), dsl(rl.size(), 0.0);   // 0 outside the segment and for empty rows: untouched
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < nq; i++) {
+                size_t il = ((size_t)b * NH + h) * acc_seq + a0 + i;
+                double la = lacc[il], lb = lp[((size_t)b * NH + h) * nq + i], m = std::max(la, lb);
+                if (m == -INFINITY) { continue; }
+                double ea = la == -INFINITY ? 0.0 : fabs(la - m), eb = lb == -INFINITY ? 0.0 : fabs(lb - m);
+                double wa = exp(la - m), wb = exp(lb - m);
+                dsl[il] = 4.0 * UF * (ea + eb + 8.0 + 2.0 * fabs(rl[il]));
+                for (int c = 0; c < hs; c++) {
+                    size_t io = ((size_t)b * acc_seq + a0 + i) * C + h * hs + c;
+                    double mag = (wa * fabs(oacc[io]) + wb * fabs(o[((size_t)b * nq + i) * C + h * hs + c])) / (wa + wb);
+                    dso[io] = 4.0 * UF * (2.0 * (ea + eb) + 16.0) * mag;
+                }
+            }
+        }
+    }
+    std::string e = shape(" (%d rows: %d acc empty, %d part empty, %d both)", B * NH * nq, empty_a, empty_b, empty_both);
+    check_close(s + ": o_acc" + e, getf(d_oa, ra.size()), ra, dso, false, "+- 4 UF (2(|la-m|+|lb-m|) + 16) mag");
+    check_close(s + ": lse_acc", getf(d_la, rl.size()), rl, dsl, false, "+- 4 UF (|la-m| + |lb-m| + 8 + 2|lse|)");
+    dfree(d_oa); dfree(d_la); dfree(d_o); dfree(d_lp);
+}
+
+// delta = dout . o per head: a sum of hs products, delta = 2 (hs + 2) UF sum |dout o| (times 2)
+static void test_attention_block_delta(int B, int n, int C, int NH) {
+    int hs = C / NH;
+    fvec dout = randn((size_t)B * n * C), o = randn((size_t)B * n * C, 1.0f, 0.0f, false), ref((size_t)B * NH * n);
+    cpu::attention_block_delta(ref.data(), dout.data(), o.data(), B, n, C, NH);
+    floatX* d_dout = upx(dout);
+    float *d_o = upf(o), *d_delta = upf(nan_fill(ref.size()));
+    attention_block_delta(d_delta, d_dout, d_o, B, n, C, NH);
+    dvec d(ref.size());
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < n; i++) {
+                double a = 0.0;
+                for (int c = 0; c < hs; c++) { a += fabs((double)dout[((size_t)b * n + i) * C + h * hs + c] * o[((size_t)b * n + i) * C + h * hs + c]); }
+                d[((size_t)b * NH + h) * n + i] = 4.0 * (hs + 2) * UF * a;
+            }
+        }
+    }
+    check_close(shape("attention_block_delta hs=%d B=%d n=%d NH=%d", hs, B, n, NH), getf(d_delta, ref.size()), ref, d, false,
+                "+- 4(hs+2) UF sum|dout o|");
+    dfree(d_dout); dfree(d_o); dfree(d_delta);
+}
+
+// copy_rows (floatX, bit-exact), store_rows (fp32 -> floatX: RN, bit-exact), add_floats, fill_floats;
+// the rest of the destination untouched; the copy kernel also with fewer threads than elements
+static void test_block_rows(int B, int rows, int width) {
+    int sseq = rows + 2, sld = width + 3, dseq = rows + 1, dld = width + 1, s0 = 1, d0 = 1;
+    std::string s = shape("B=%d rows=%d width=%d", B, rows, width);
+    fvec src = randn((size_t)B * sseq * sld), srcf = randn((size_t)B * sseq * sld, 1.0f, 0.0f, false);
+    fvec dst0 = randn((size_t)B * dseq * dld), want = dst0, wantf = dst0;
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < rows; i++) {
+            for (int c = 0; c < width; c++) {
+                size_t id = ((size_t)b * dseq + d0 + i) * dld + c, is = ((size_t)b * sseq + s0 + i) * sld + c;
+                want[id] = src[is];
+                wantf[id] = rx(srcf[is]);
+            }
+        }
+    }
+    floatX *d_src = upx(src), *d_dst = upx(dst0);
+    // the rows start one row in on both sides (dseq != sseq, lds differ)
+    copy_rows(d_dst + (size_t)d0 * dld, dseq, dld, d_src + (size_t)s0 * sld, sseq, sld, B, rows, width);
+    check_exact("copy_rows (floatX) " + s, getx(d_dst, want.size()), want);
+    put_x(d_dst, dst0);
+    copy_rows_kernel<<<3, 64>>>(d_dst + (size_t)d0 * dld, dseq, dld, d_src + (size_t)s0 * sld, sseq, sld, B, rows, width);
+    cudaCheckLaunch();
+    check_exact("copy_rows_kernel grid 3x64 (grid-stride) " + s, getx(d_dst, want.size()), want);
+    float* d_srcf = upf(srcf);
+    put_x(d_dst, dst0);
+    store_rows(d_dst + (size_t)d0 * dld, dseq, dld, d_srcf + (size_t)s0 * sld, sseq, sld, B, rows, width);
+    check_exact("store_rows (fp32 -> floatX, RN-even) " + s, getx(d_dst, wantf.size()), wantf);
+    size_t n = 1001;
+    fvec a = randn(n, 1.0f, 0.0f, false), x = randn(n, 1.0f, 0.0f, false), sum(n);
+    for (size_t i = 0; i < n; i++) { sum[i] = a[i] + x[i]; }
+    float *d_a = upf(a), *d_x = upf(x);
+    add_floats(d_a, d_x, n);
+    check_exact(shape("add_floats n=%zu", n), getf(d_a, n), sum);
+    fvec filled(n + 1, -INFINITY);
+    filled[n] = 3.0f;   // one past the end: untouched
+    float* d_f = upf(fvec(n + 1, 3.0f));
+    fill_floats(d_f, -INFINITY, n);
+    check_exact(shape("fill_floats n=%zu (-inf)", n), getf(d_f, n + 1), filled);
+    dfree(d_src); dfree(d_dst); dfree(d_srcf); dfree(d_a); dfree(d_x); dfree(d_f);
+}
+
+// ---------------------------------------------------------------------------------------
 // gelu, residual
 
 static void test_gelu(size_t N) {
@@ -903,8 +1184,8 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int tp) {
     cpu::encoder_forward_vocab(ref.data(), inp.data(), NULL, wte.data(), NULL, v0, Vs, B, T, C);
     encoder_forward_vocab(d_out, d_inp, NULL, d_wte, NULL, v0, Vs, B, T, C);
     check_close("encoder_forward_vocab (shard 1, no wpe) " + s, getx(d_out, ref.size()), ref, dvec(ref.size(), 0.0), true, "RN(ref)");
-    cpu::encoder_backward_vocab(rte.data(), NULL, dout.data(), inp.data(), v0, Vs, B, T, C);
-    encoder_backward_vocab(d_dwte, NULL, d_dout, d_inp, v0, Vs, B, T, C);
+    cpu::encoder_backward_vocab(rte.data(), NULL, dout.data(), inp.data(), NULL, v0, Vs, B, T, C);
+    encoder_backward_vocab(d_dwte, NULL, d_dout, d_inp, NULL, v0, Vs, B, T, C);
     dvec mte(rte.size());
     std::vector<int> cnt(Vs, 0);
     for (size_t i = 0; i < mte.size(); i++) { mte[i] = fabs(dwte[i]); }
@@ -1109,6 +1390,15 @@ int main() {
 #endif
     test_attention(ATT_DISPATCH, 2, 37, 64, 2);
     test_attention_cached(48, 3, 200);
+    test_attention_block(2, 37, 70, 64, 2, 50, 20);     // hs 32, partly visible (the key block starts before)
+    test_attention_block(1, 70, 37, 128, 2, 0, 40);     // hs 64, rows 0..39 see no key; two query tiles
+    test_attention_block(2, 20, 33, 48, 3, 100, 0);     // hs 16, all in the past: no mask
+    test_attention_block(2, 37, 37, 64, 2, 30, 30);     // hs 32, on the diagonal
+    test_attention_block(1, 5, 3, 128, 1, 10, 12);      // hs 128 (shared memory above 48 KiB)
+    test_attention_block(1, 10, 20, 64, 1, 0, 50);      // hs 64, all in the future: every row masked
+    test_attention_merge(2, 37, 64, 2);
+    test_attention_block_delta(2, 37, 96, 3);
+    test_block_rows(3, 37, 50);
 
     test_classifier(3, 37, 300, 320, false, 1);
     test_classifier(3, 37, 300, 320, true, 1);

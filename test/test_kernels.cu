@@ -302,12 +302,14 @@ static void test_gelu() {
 //   dv_t2 = sum_{t >= t2} P[t][t2] dout_t,  dP[t][t2] = dout_t . v_t2,
 //   dS[t][t2] = P[t][t2] (dP[t][t2] - sum_{t3 <= t} P[t][t3] dP[t][t3]),
 //   dq_t = sum_{t2 <= t} dS[t][t2] k_t2 / sqrt(hs),   dk_t2 = sum_{t >= t2} dS[t][t2] q_t / sqrt(hs)
-struct AttentionRef { Ref out, dinp; double score_mag; };   // score_mag: the largest sum |q_i k_i| / sqrt(hs)
+// score_mag: the largest sum |q_i k_i| / sqrt(hs); lse (B, NH, T): log sum_{t2 <= t} exp(S[t][t2]),
+// lse_mag: the largest |lse|
+struct AttentionRef { Ref out, dinp; double score_mag; vec lse; double lse_mag; };
 
 static AttentionRef ref_attention(const vec& qkv, const vec& dout, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     double scale = 1.0 / sqrt((double)hs);
-    AttentionRef r{Ref(B * T * C), Ref(B * T * C3), 0.0};
+    AttentionRef r{Ref(B * T * C), Ref(B * T * C3), 0.0, vec(B * NH * T), 0.0};
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             auto q = [&](int t) { return &qkv[(b * T + t) * C3 + h * hs]; };
@@ -328,6 +330,8 @@ static AttentionRef ref_attention(const vec& qkv, const vec& dout, int B, int T,
                 }
                 for (int t2 = 0; t2 <= t; t2++) { P[t2] = exp(P[t2] - mx); sum += P[t2]; }
                 for (int t2 = 0; t2 <= t; t2++) { P[t2] /= sum; }
+                r.lse[(b * NH + h) * T + t] = mx + log(sum);
+                r.lse_mag = fmax(r.lse_mag, fabs(mx + log(sum)));
                 for (int t2 = 0; t2 <= t; t2++) {
                     for (int i = 0; i < hs; i++) {
                         r.out.v[(b * T + t) * C + h * hs + i] += P[t2] * v(t2)[i];
@@ -375,6 +379,243 @@ static void test_attention() {
     vec x = to_double(qkv), R = to_double(dout);
     auto loss = [&]() { return dot(ref_attention(x, R, B, T, C, NH).out.v, R); };
     report_fd("attention reference (double) vs finite differences", fd_error(x, ref_attention(x, R, B, T, C, NH).dinp.v, loss));
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention by blocks (llmc/cpu/attention_block.h: the pieces of ring attention). The whole causal
+// attention of a sequence, computed as a context-parallel rank does it: the query rows live in a
+// local buffer in segments (a zigzag split: segment rows are not contiguous in the sequence, and
+// each carries its global position), the keys come in blocks of uneven lengths (some read in place
+// in q|k|v with ld 3C, some from packed [k|v] copies made with copy_rows, ld 2C), each (segment,
+// block) pair is attended with attention_block_forward and merged with attention_merge from
+// (o, lse) = (0, -inf); the backward takes delta from the merged o and revisits the same pairs with
+// the final lse, dq accumulating in place and dk|dv in the block's home buffer, directly or
+// through a zeroed partial added with add_floats (as a partial travelling the ring would).
+// Checked against the double reference (ref_attention, with its lse), and against the float
+// attention_forward / attention_backward (tolerance: the sum of the two kernels' bounds).
+// Error bounds, in units of u, with smag = r.score_mag, L = r.lse_mag, K = the longest block,
+// sigma = (hs + 2) smag (the scores' rounding, as in test_attention's d_P) and nm = blocks - 1 (a
+// merge with a side at -inf is exact: weights 0 and 1). The scores' rounding is the same whichever
+// block a score is in: the blocks compute exactly the attention of slightly perturbed scores, so
+// sigma enters once, as in test_attention; what the blocks add is the rounding of their lse and
+// of the merges:
+//   lse: a block's l sums K terms, then log, exp and m + log round: K + L + 4 (absolute). A merge
+//     rounds la - m (2L), exp, the sum, log (4) and m + log (L): E_ns = K + L + 4 + nm (3L + 8);
+//     the lse errs by E = sigma + E_ns.
+//   o: sigma + 2K + 16 in a block (P, then a sum of K terms), relative to mag = sum P |v|. A merge
+//     is a weighted average whose normalised weights err by 2 E_ns + 4L + 12 relatively, and the
+//     merged mag is the same average of the parts' mags: d_out = sigma + 2K + 16 + nm (2 E_ns + 4L + 12).
+//   backward: P = exp(s - lse) errs relatively by d_Pb = 2 (sigma + L) + E_ns + 4 (the score in s and
+//     in lse, the rounding of s - lse); delta = dout . o by hs + d_out relative to sum |dout| sum P|v|
+//     = the reference's row sum magnitude; dS has both and dP (hs); dq and dk sum T of them in nb
+//     partial sums onto their start, dv has no dS:
+//     d_dqk = d_Pb + d_out + 2 hs + T + nb + 20,  d_dv = d_Pb + T + nb + 20.
+struct Span { int start, len; };
+
+static void test_attention_block_case(int B, int T, int C, int NH, const std::vector<Span>& segs,
+                                      const std::vector<Span>& blocks) {
+    int hs = C / NH, C3 = 3 * C, C2 = 2 * C, nb = (int)blocks.size(), nseg = (int)segs.size();
+    std::vector<float> qkv = randn(B * T * C3), dout = randn(B * T * C);
+    std::vector<float> dq0 = randn(B * T * C), dkv0 = randn(B * T * C2);   // gradients ACCUMULATE onto these
+    AttentionRef r = ref_attention(to_double(qkv), to_double(dout), B, T, C, NH);
+    std::vector<int> seg_off(nseg);   // each segment's first row in the local buffers
+    int Tl = 0;
+    for (int s = 0; s < nseg; s++) { seg_off[s] = Tl; Tl += segs[s].len; }
+
+    struct Result { std::vector<float> o, lse, dq, dkv; int masked_rows = 0, masked_bad = 0; };
+    auto run = [&]() {
+        Result res;
+        // the rank's local rows: q|k|v and dout of its segments, side by side
+        std::vector<float> qkv_l(B * Tl * C3), dout_l(B * Tl * C), o_l(B * Tl * C), lse_l(B * NH * Tl), dq_l(B * Tl * C);
+        for (int s = 0; s < nseg; s++) {
+            int a = segs[s].start, n = segs[s].len, off = seg_off[s];
+            copy_rows(qkv_l.data() + off * C3, Tl, C3, qkv.data() + a * C3, T, C3, B, n, C3);
+            copy_rows(dout_l.data() + off * C, Tl, C, dout.data() + a * C, T, C, B, n, C);
+            copy_rows(dq_l.data() + off * C, Tl, C, dq0.data() + a * C, T, C, B, n, C);
+        }
+        fill_floats(o_l.data(), 0.0f, o_l.size());
+        fill_floats(lse_l.data(), -INFINITY, lse_l.size());
+        // the key blocks: packed [k|v] copies (even blocks) and the home of their dk|dv
+        std::vector<std::vector<float>> kv(nb), dkv(nb);
+        for (int k = 0; k < nb; k++) {
+            int a = blocks[k].start, n = blocks[k].len;
+            kv[k].resize(B * n * C2);
+            dkv[k].resize(B * n * C2);
+            copy_rows(kv[k].data(), n, C2, qkv.data() + a * C3 + C, T, C3, B, n, C2);
+            copy_rows(dkv[k].data(), n, C2, dkv0.data() + a * C2, T, C2, B, n, C2);
+        }
+        auto key_rows = [&](int k, const float** kp, int* seq, int* ld) {
+            if (k % 2 == 0) { *kp = kv[k].data(); *seq = blocks[k].len; *ld = C2; }
+            else { *kp = qkv.data() + blocks[k].start * C3 + C; *seq = T; *ld = C3; }
+        };
+        for (int s = 0; s < nseg; s++) {
+            int nq = segs[s].len, off = seg_off[s];
+            for (int step = 0; step < nb; step++) {   // the blocks in ring order, from a different one per segment
+                int k = (s + step) % nb, nk = blocks[k].len, kv_seq, kv_ld;
+                const float* kp;
+                key_rows(k, &kp, &kv_seq, &kv_ld);
+                std::vector<float> o(B * nq * C, NAN), lse(B * NH * nq, NAN);
+                attention_block_forward(o.data(), lse.data(), qkv_l.data() + off * C3, Tl, C3, kp, kp + C, kv_seq, kv_ld,
+                                        B, nq, nk, C, NH, segs[s].start, blocks[k].start);
+                for (int b = 0; b < B; b++) {   // a row that sees none of the block: exactly lse -inf, o 0
+                    for (int i = 0; i < nq; i++) {
+                        if (blocks[k].start <= segs[s].start + i) { continue; }
+                        for (int h = 0; h < NH; h++) {
+                            res.masked_rows++;
+                            bool ok = lse[(b * NH + h) * nq + i] == -INFINITY;
+                            for (int c = 0; c < hs; c++) { ok = ok && o[(b * nq + i) * C + h * hs + c] == 0.0f; }
+                            res.masked_bad += !ok;
+                        }
+                    }
+                }
+                attention_merge(o_l.data() + off * C, lse_l.data() + off, Tl, o.data(), lse.data(), B, nq, C, NH);
+            }
+        }
+        std::vector<float> delta(B * NH * Tl, NAN);
+        attention_block_delta(delta.data(), dout_l.data(), o_l.data(), B, Tl, C, NH);
+        for (int s = 0; s < nseg; s++) {
+            int nq = segs[s].len, off = seg_off[s];
+            for (int step = 0; step < nb; step++) {
+                int k = (s + step) % nb, nk = blocks[k].len, kv_seq, kv_ld;
+                const float* kp;
+                key_rows(k, &kp, &kv_seq, &kv_ld);
+                std::vector<float> part;
+                float* dk = dkv[k].data();
+                if (k % 2 == 0) {   // into a zeroed partial, then added home
+                    part.resize(B * nk * C2);
+                    fill_floats(part.data(), 0.0f, part.size());
+                    dk = part.data();
+                }
+                attention_block_backward(dq_l.data() + off * C, Tl, dk, dk + C, nk, C2, dout_l.data() + off * C, Tl,
+                                         lse_l.data() + off, delta.data() + off, Tl, qkv_l.data() + off * C3, Tl, C3,
+                                         kp, kp + C, kv_seq, kv_ld, B, nq, nk, C, NH, segs[s].start, blocks[k].start);
+                if (k % 2 == 0) { add_floats(dkv[k].data(), part.data(), part.size()); }
+            }
+        }
+        // back to the sequence's order
+        res.o.resize(B * T * C); res.lse.resize(B * NH * T); res.dq.resize(B * T * C); res.dkv.resize(B * T * C2);
+        for (int s = 0; s < nseg; s++) {
+            int a = segs[s].start, n = segs[s].len, off = seg_off[s];
+            copy_rows(res.o.data() + a * C, T, C, o_l.data() + off * C, Tl, C, B, n, C);
+            copy_rows(res.dq.data() + a * C, T, C, dq_l.data() + off * C, Tl, C, B, n, C);
+            copy_rows(res.lse.data() + a, T, 1, lse_l.data() + off, Tl, 1, B * NH, 1, n);   // (b, h) rows of n floats
+        }
+        for (int k = 0; k < nb; k++) {
+            copy_rows(res.dkv.data() + blocks[k].start * C2, T, C2, dkv[k].data(), blocks[k].len, C2, B, blocks[k].len, C2);
+        }
+        return res;
+    };
+    Result res = run();
+
+    // the reference: out, lse; dq, dk, dv = start + the reference's gradient
+    Ref lse_ref(B * NH * T), dq_ref(dq0), dk_ref(B * T * C), dv_ref(B * T * C);
+    for (size_t i = 0; i < lse_ref.v.size(); i++) { lse_ref.v[i] = r.lse[i]; lse_ref.mag[i] = 1.0; }   // absolute
+    for (int bt = 0; bt < B * T; bt++) {
+        for (int c = 0; c < C; c++) {
+            dq_ref.v[bt * C + c] += r.dinp.v[bt * C3 + c];
+            dq_ref.mag[bt * C + c] += r.dinp.mag[bt * C3 + c];
+            dk_ref.v[bt * C + c] = dkv0[bt * C2 + c] + r.dinp.v[bt * C3 + C + c];
+            dk_ref.mag[bt * C + c] = fabs(dkv0[bt * C2 + c]) + r.dinp.mag[bt * C3 + C + c];
+            dv_ref.v[bt * C + c] = dkv0[bt * C2 + C + c] + r.dinp.v[bt * C3 + 2 * C + c];
+            dv_ref.mag[bt * C + c] = fabs(dkv0[bt * C2 + C + c]) + r.dinp.mag[bt * C3 + 2 * C + c];
+        }
+    }
+    std::vector<float> dk(B * T * C), dv(B * T * C);
+    for (int bt = 0; bt < B * T; bt++) {
+        for (int c = 0; c < C; c++) { dk[bt * C + c] = res.dkv[bt * C2 + c]; dv[bt * C + c] = res.dkv[bt * C2 + C + c]; }
+    }
+    double L = r.lse_mag, nm = nb - 1, sigma = (hs + 2) * r.score_mag, K = 0;
+    for (const Span& k : blocks) { K = fmax(K, k.len); }
+    double E_ns = K + L + 4 + nm * (3 * L + 8), E = sigma + E_ns;
+    double d_out = sigma + 2 * K + 16 + nm * (2 * E_ns + 4 * L + 12);
+    double d_Pb = 2 * (sigma + L) + E_ns + 4;
+    double d_dqk = d_Pb + d_out + 2 * hs + T + nb + 20, d_dv = d_Pb + T + nb + 20;
+    double d_P = sigma + T;   // test_attention's, for the float kernels of the whole sequence
+    char name[128], what[64];
+    snprintf(what, sizeof(what), "T=%d, %d seg x %d blocks", T, nseg, nb);
+    Tight fwd, bwd;
+    fwd.add("out", res.o.data(), r.out, d_out);
+    fwd.add("lse (abs)", res.lse.data(), lse_ref, E);
+    snprintf(name, sizeof(name), "attention by blocks: fwd + merge vs double, %s", what);
+    fwd.report(name);
+    bwd.add("dq", res.dq.data(), dq_ref, d_dqk);
+    bwd.add("dk", dk.data(), dk_ref, d_dqk);
+    bwd.add("dv", dv.data(), dv_ref, d_dv);
+    snprintf(name, sizeof(name), "attention by blocks: bwd vs double (accumulates), %s", what);
+    bwd.report(name);
+    char detail[96];
+    snprintf(detail, sizeof(detail), "%d (b, h, row) x block unseen, %d not lse -inf, o 0", res.masked_rows, res.masked_bad);
+    snprintf(name, sizeof(name), "attention by blocks: rows seeing no key, %s", what);
+    report(name, res.masked_bad == 0, detail);
+
+    // against the float kernels of the whole sequence: |blocks - float| <= both bounds
+    std::vector<float> out(B * T * C), att(attention_state_size(B, T, NH)), dinp(B * T * C3);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dinp.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    Ref fo(B * T * C), fq(B * T * C), fk(B * T * C), fv(B * T * C);
+    for (int bt = 0; bt < B * T; bt++) {
+        for (int c = 0; c < C; c++) {
+            int i = bt * C + c;
+            fo.v[i] = out[i]; fo.mag[i] = r.out.mag[i];
+            fq.v[i] = dq0[i] + dinp[bt * C3 + c]; fq.mag[i] = dq_ref.mag[i];
+            fk.v[i] = dkv0[bt * C2 + c] + dinp[bt * C3 + C + c]; fk.mag[i] = dk_ref.mag[i];
+            fv.v[i] = dkv0[bt * C2 + C + c] + dinp[bt * C3 + 2 * C + c]; fv.mag[i] = dv_ref.mag[i];
+        }
+    }
+    Tight vs;   // test_attention's bounds of the float kernels: d_P + T + 16, 2 d_P + hs + 2 T + 16 (+1: the start)
+    vs.add("out", res.o.data(), fo, d_out + d_P + T + 16);
+    vs.add("dq", res.dq.data(), fq, d_dqk + 2 * d_P + hs + 2 * T + 17);
+    vs.add("dk", dk.data(), fk, d_dqk + 2 * d_P + hs + 2 * T + 17);
+    vs.add("dv", dv.data(), fv, d_dv + 2 * d_P + hs + 2 * T + 17);
+    snprintf(name, sizeof(name), "attention by blocks vs attention_fwd/bwd (float), %s", what);
+    vs.report(name);
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    Result r1 = run();
+    omp_set_num_threads(2);
+    Result r2 = run();
+    omp_set_num_threads(saved);
+    bool same = r1.o == r2.o && r1.dq == r2.dq && r1.dkv == r2.dkv &&
+                memcmp(r1.lse.data(), r2.lse.data(), r1.lse.size() * sizeof(float)) == 0;
+    snprintf(name, sizeof(name), "attention by blocks: 1 thread == 2 threads, %s", what);
+    report(name, same, same ? "bit-identical" : "differ");
+#endif
+}
+
+// copy_rows, store_rows (on the CPU a copy too), add_floats, fill_floats: exact
+static void test_block_rows() {
+    int B = 2, sseq = 5, sld = 7, dseq = 4, dld = 6, rows = 3, width = 5;
+    std::vector<float> src = randn(B * sseq * sld), dst(B * dseq * dld, 42.0f), dst2 = dst;
+    copy_rows(dst.data(), dseq, dld, src.data(), sseq, sld, B, rows, width);
+    store_rows(dst2.data(), dseq, dld, src.data(), sseq, sld, B, rows, width);
+    int bad = 0;
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < dseq; i++) {
+            for (int c = 0; c < dld; c++) {
+                float want = i < rows && c < width ? src[(b * sseq + i) * sld + c] : 42.0f;   // the rest untouched
+                bad += dst[(b * dseq + i) * dld + c] != want;
+                bad += dst2[(b * dseq + i) * dld + c] != want;
+            }
+        }
+    }
+    size_t n = 1001;
+    std::vector<float> a = randn(n), x = randn(n), sum = a, f(n + 1, 7.0f);
+    add_floats(sum.data(), x.data(), n);
+    for (size_t i = 0; i < n; i++) { bad += sum[i] != a[i] + x[i]; }
+    fill_floats(f.data(), -INFINITY, n);
+    for (size_t i = 0; i < n; i++) { bad += f[i] != -INFINITY; }
+    bad += f[n] != 7.0f;   // one past the end untouched
+    char detail[64];
+    snprintf(detail, sizeof(detail), "%d elements wrong", bad);
+    report("copy_rows, store_rows, add_floats, fill_floats exact", bad == 0, detail);
+}
+
+static void test_attention_block() {
+    // a zigzag split of T = 37 over 2 ranks (chunks 0 and 3 for rank 0, 1 and 2 for rank 1), key blocks of 8, 15, 14
+    test_attention_block_case(2, 37, 24, 3, {{0, 10}, {27, 10}, {10, 17}}, {{0, 8}, {8, 15}, {23, 14}});
+    test_attention_block_case(2, 1, 24, 3, {{0, 1}}, {{0, 1}});
+    test_block_rows();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -552,6 +793,7 @@ int main() {
     test_layernorm();
     test_gelu();
     test_attention();
+    test_attention_block();
     test_encoder();
     test_classifier();
     test_adamw();
