@@ -198,7 +198,8 @@ static inline void cp_print_plan(const ContextParallel* cp) {
     const GPT2* m = cp->model;
     printf("context parallel cp %d, %s split, %s attention: %d of %d tokens per sequence on each rank", cp->cp,
            cp->zigzag ? "zigzag" : "plain", CP_ALGO_NAMES[cp->algo], cp->Tl, cp->T);
-    printf(cp->zigzag ? " (chunks r and %d-r of %d tokens)\n" : " (block r of %d tokens)\n", 2 * cp->cp - 1, cp->L);
+    if (cp->zigzag) { printf(" (chunks r and %d-r of %d tokens)\n", 2 * cp->cp - 1, cp->L); }
+    else { printf(" (block r of %d tokens)\n", cp->L); }
     // the attention work of every rank, per layer, sequence and head: (query, key) pairs
     std::vector<double> pairs(cp->cp);
     for (int r = 0; r < cp->cp; r++) { pairs[r] = cp_rank_pairs(cp, r); }
