@@ -28,3 +28,26 @@ MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_
 
 python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 3000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+
+# emu_run I "BINARY|NP|NAME|FLAGS": run I of a suite's table under mpirun ($MODEL $QUIET and the
+# entry's flags; log, checkpoint and output at $T/runI.*) and judge it against the single-rank
+# run of the same binary ($T/BINARY-ref.*): bf16 with test/judge_bf16.py, fp32 with
+# test/compare_runs.py (1e-5). Sets tag, np, flags for the suite's own checks of $T/runI.out.
+# Returns 1 (after a FAIL line) when the run itself failed.
+emu_run() {
+    local i=$1 bin name t0
+    IFS='|' read -r bin np name flags <<<"$2"
+    tag="np $np, $name"
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    if ! $MPIRUN -np "$np" $EMU/$bin $D $MODEL $QUIET $flags --log "$T/run$i.log" --save "$T/run$i.bin" >"$T/run$i.out" 2>&1 </dev/null; then
+        fail "$tag: the run failed" "$(grep -v '^\s*$' "$T/run$i.out" | grep -v -- '---' | tail -3)"
+        return 1
+    fi
+    if [ "$bin" = train_gpt2cu ]; then
+        python3 test/judge_bf16.py "$T/$bin-ref" "$T/run$i" "$tag vs 1 rank ($(($(date +%s) - t0)) s)" || status=1
+    else
+        python3 test/compare_runs.py "$T/$bin-ref.log" "$T/$bin-ref.bin" "$T/run$i.log" "$T/run$i.bin" --label "$tag vs 1 rank" || status=1
+    fi
+    return 0
+}

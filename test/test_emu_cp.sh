@@ -28,7 +28,7 @@ for b in train_gpt2cu train_gpt2cu_fp32; do
         { echo "FAIL single-rank emulated run ($name): $(tail -2 "$T/$name.out")"; exit 1; }
 done
 
-# BINARY|NP|NAME|FLAGS
+# BINARY|NP|NAME|FLAGS (emu_run: test/lib_emu_mpi.sh)
 RUNS=("train_gpt2cu|2|cp 2, ring, zigzag|--cp 2"
       "train_gpt2cu|2|cp 2, alltoall|--cp 2 --cp-algo alltoall"
       "train_gpt2cu_fp32|2|fp32: cp 2, ring, zigzag|--cp 2"
@@ -40,19 +40,7 @@ RUNS=("train_gpt2cu|2|cp 2, ring, zigzag|--cp 2"
 i=0
 for entry in "${RUNS[@]}"; do
     i=$((i + 1))
-    IFS='|' read -r bin np name flags <<<"$entry"
-    tag="np $np, $name"
-    t0=$(date +%s)
-    # shellcheck disable=SC2086
-    if ! $MPIRUN -np "$np" $EMU/$bin $D $MODEL $QUIET $flags --log "$T/run$i.log" --save "$T/run$i.bin" >"$T/run$i.out" 2>&1 </dev/null; then
-        fail "$tag: the run failed" "$(grep -v '^\s*$' "$T/run$i.out" | grep -v -- '---' | tail -3)"
-        continue
-    fi
-    if [ "$bin" = train_gpt2cu ]; then
-        python3 test/judge_bf16.py "$T/$bin-ref" "$T/run$i" "$tag vs 1 rank ($(($(date +%s) - t0)) s)" || status=1
-    else
-        python3 test/compare_runs.py "$T/$bin-ref.log" "$T/$bin-ref.bin" "$T/run$i.log" "$T/run$i.bin" --label "$tag vs 1 rank" || status=1
-    fi
+    emu_run "$i" "$entry" || continue
     n=$(grep -c "cp comm | sent .* equal)" "$T/run$i.out")
     [ "$n" -eq "$STEPS" ] || fail "$tag: cp bytes = formula in $n of $STEPS steps" "$(grep -m2 'cp comm |' "$T/run$i.out")"
 done

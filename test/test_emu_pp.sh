@@ -22,17 +22,17 @@ WHAT="emulated pipeline parallelism"
 source test/lib_emu_mpi.sh   # EMU, pass, fail (status), MPIRUN, D; stops here without MPI
 STEPS=4
 MODEL="--layers 4 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16 --steps $STEPS --lr 1e-3 --warmup 2"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1 --grad-accum 4"   # 4 micro-batches in every run
 
 
 for b in train_gpt2cu train_gpt2cu_fp32; do
     name=$b-ref
     # shellcheck disable=SC2086
-    $EMU/$b $D $MODEL $QUIET --grad-accum 4 --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
+    $EMU/$b $D $MODEL $QUIET --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
         { echo "FAIL single-rank emulated run ($name): $(tail -2 "$T/$name.out")"; exit 1; }
 done
 
-# BINARY|NP|NAME|FLAGS (4 micro-batches each)
+# BINARY|NP|NAME|FLAGS (emu_run: test/lib_emu_mpi.sh) (4 micro-batches each)
 RUNS=("train_gpt2cu|2|pp 2, 1f1b|--pp 2"
       "train_gpt2cu|2|pp 2, zb-h1|--pp 2 --pp-schedule zb-h1"
       "train_gpt2cu|4|dp 2 x pp 2, ZeRO-1|--pp 2 --zero 1"
@@ -44,19 +44,7 @@ RUNS=("train_gpt2cu|2|pp 2, 1f1b|--pp 2"
 i=0
 for entry in "${RUNS[@]}"; do
     i=$((i + 1))
-    IFS='|' read -r bin np name flags <<<"$entry"
-    tag="np $np, $name"
-    t0=$(date +%s)
-    # shellcheck disable=SC2086
-    if ! $MPIRUN -np "$np" $EMU/$bin $D $MODEL $QUIET --grad-accum 4 $flags --log "$T/run$i.log" --save "$T/run$i.bin" >"$T/run$i.out" 2>&1 </dev/null; then
-        fail "$tag: the run failed" "$(grep -v '^\s*$' "$T/run$i.out" | grep -v -- '---' | tail -3)"
-        continue
-    fi
-    if [ "$bin" = train_gpt2cu ]; then
-        python3 test/judge_bf16.py "$T/$bin-ref" "$T/run$i" "$tag vs 1 rank ($(($(date +%s) - t0)) s)" || status=1
-    else
-        python3 test/compare_runs.py "$T/$bin-ref.log" "$T/$bin-ref.bin" "$T/run$i.log" "$T/run$i.bin" --label "$tag vs 1 rank" || status=1
-    fi
+    emu_run "$i" "$entry" || continue
     grep -q "^pp memory check ok" "$T/run$i.out" && grep -q "^memory check ok" "$T/run$i.out" ||
         fail "$tag: memory lines" "$(grep -E 'memory check' "$T/run$i.out")"
     n=$(grep -c "pp comm | sent .* check ok" "$T/run$i.out")

@@ -39,7 +39,7 @@ for b in train_gpt2cu train_gpt2cu_fp32; do
 done
 python3 test/judge_bf16.py "$T/train_gpt2cu-ref" "$T/train_gpt2cu-split" "bf16 control: 1 rank, 4 micro-steps vs 1 (rounding order only)" || status=1
 
-# BINARY|NP|NAME|FLAGS
+# BINARY|NP|NAME|FLAGS (emu_run: test/lib_emu_mpi.sh)
 RUNS=("train_gpt2cu|2|tp 2|--tp 2"
       "train_gpt2cu|2|tp 2 + SP|--tp 2 --sp"
       "train_gpt2cu|4|tp 4 + SP|--tp 4 --sp"
@@ -52,19 +52,7 @@ RUNS=("train_gpt2cu|2|tp 2|--tp 2"
 i=0
 for entry in "${RUNS[@]}"; do
     i=$((i + 1))
-    IFS='|' read -r bin np name flags <<<"$entry"
-    tag="np $np, $name"
-    t0=$(date +%s)
-    # shellcheck disable=SC2086
-    if ! $MPIRUN -np "$np" $EMU/$bin $D $MODEL $QUIET $flags --log "$T/run$i.log" --save "$T/run$i.bin" >"$T/run$i.out" 2>&1 </dev/null; then
-        fail "$tag: the run failed" "$(grep -v '^\s*$' "$T/run$i.out" | tail -3)"
-        continue
-    fi
-    if [ "$bin" = train_gpt2cu ]; then
-        python3 test/judge_bf16.py "$T/$bin-ref" "$T/run$i" "$tag vs 1 rank ($(($(date +%s) - t0)) s)" || status=1
-    else
-        python3 test/compare_runs.py "$T/$bin-ref.log" "$T/$bin-ref.bin" "$T/run$i.log" "$T/run$i.bin" --label "$tag vs 1 rank" || status=1
-    fi
+    emu_run "$i" "$entry" || continue
     grep -q "^tp memory check ok" "$T/run$i.out" && grep -q "^memory check ok" "$T/run$i.out" ||
         fail "$tag: memory lines" "$(grep -E 'memory check' "$T/run$i.out")"
     if [[ $flags != *native* ]]; then

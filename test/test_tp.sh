@@ -153,7 +153,7 @@ expect_all "tp that does not divide the padded vocabulary" "does not divide the 
 # shellcheck disable=SC2086
 if [ "${TP_PERTURB:-1}" = "1" ]; then
     perturb "f backward: all-reduce dropped" llmc/parallel/tp.h \
-        'tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), TP_FLOATX, COMM_SUM);' '(void)dx_full;' \
+        'tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), COMM_FLOATX, COMM_SUM);' '(void)dx_full;' \
         ref1 $D $MODEL $QUIET --tp 2
     perturb "loss: local max instead of the max over tp" llmc/parallel/vocab.h \
         'tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);' '(void)maxes;' \

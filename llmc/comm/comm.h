@@ -93,6 +93,8 @@ static inline int comm_mpi_available(void) { return 0; }
 #endif
 
 typedef enum { COMM_FP32 = 0, COMM_BF16 = 1, COMM_INT32 = 2 } CommType;
+// the CommType of the model's floatX (a macro: expanded where the backend's floatX is known)
+#define COMM_FLOATX (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2, COMM_MIN = 3 } CommOp;
 
 static inline const char* comm_type_name(CommType t) {

@@ -19,8 +19,6 @@
 typedef enum { CP_RING = 0, CP_ALLGATHER = 1, CP_ALLTOALL = 2 } CPAlgo;
 static const char* CP_ALGO_NAMES[3] = {"ring", "allgather", "alltoall"};
 
-#define COMM_FLOATX_CP (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
-
 typedef struct ContextParallel {
     Comm* comm;            // the cp group: ranks that share every other mesh coordinate
     int cp, rank;
@@ -123,8 +121,8 @@ static inline void cp_reduce_scatter(ContextParallel* cp, const char* name, cons
 static inline void cp_alltoall(ContextParallel* cp, const char* name, const floatX* send, floatX* recv, size_t n) {
     cp_comm_ready(cp);
     double t0 = trace_now();
-    if (cp->use_ring) { alltoall_pairwise(cp->comm, send, recv, n, COMM_FLOATX_CP); }
-    else { alltoall_native(cp->comm, send, recv, n, COMM_FLOATX_CP); }
+    if (cp->use_ring) { alltoall_pairwise(cp->comm, send, recv, n, COMM_FLOATX); }
+    else { alltoall_native(cp->comm, send, recv, n, COMM_FLOATX); }
     cp_end_call(cp, name, t0);
 }
 // ring step: post the messages (to r+1, from r-1) and return; cp_ring_wait completes them

@@ -59,7 +59,7 @@ static inline void cp_merge_forward(void* ctx, const OpAt* at, floatX* out, floa
     fill_floats(lse_acc, -INFINITY, (size_t)B * NH * Tl);
     copy_rows(cp->kv[0], Tl, 2 * C, qkv + C, Tl, 3 * C, B, Tl, 2 * C);   // pack this rank's k | v
     if (cp->algo == CP_ALLGATHER) {
-        cp_allgather(cp, "CP all-gather K,V", cp->kv[0], cp->kv_all, n, COMM_FLOATX_CP);
+        cp_allgather(cp, "CP all-gather K,V", cp->kv[0], cp->kv_all, n, COMM_FLOATX);
         for (int s = 0; s < cp->cp; s++) { cp_block_forward(cp, B, o_acc, lse_acc, qkv, cp->kv_all + s * n, s, C, NH); }
     } else {
         int cur = 0;
@@ -67,7 +67,7 @@ static inline void cp_merge_forward(void* ctx, const OpAt* at, floatX* out, floa
             CommPending p;
             if (j < cp->cp - 1) {   // pass the block in hand on, receive the next one meanwhile
                 CommMsg m[2] = {{cp->kv[cur], NULL, n, cp_next(cp), 1}, {NULL, cp->kv[1 - cur], n, cp_prev(cp), 1}};
-                cp_ring_post(cp, &p, m, 2, COMM_FLOATX_CP);
+                cp_ring_post(cp, &p, m, 2, COMM_FLOATX);
             }
             cp_block_forward(cp, B, o_acc, lse_acc, qkv, cp->kv[cur], (cp->rank - j + cp->cp) % cp->cp, C, NH);
             if (j < cp->cp - 1) {
@@ -91,7 +91,7 @@ static inline void cp_merge_backward(void* ctx, const OpAt* at, floatX* dqkv, co
     float* dkv_own = cp->dkv[0];
     copy_rows(cp->kv[0], Tl, 2 * C, qkv + C, Tl, 3 * C, B, Tl, 2 * C);
     if (cp->algo == CP_ALLGATHER) {   // the whole sequence's K,V again, every block's dK,dV, reduce-scatter to owners
-        cp_allgather(cp, "CP all-gather K,V", cp->kv[0], cp->kv_all, n, COMM_FLOATX_CP);
+        cp_allgather(cp, "CP all-gather K,V", cp->kv[0], cp->kv_all, n, COMM_FLOATX);
         fill_floats(cp->dkv_all, 0.0f, n * cp->cp);
         for (int s = 0; s < cp->cp; s++) {
             cp_block_backward(cp, B, cp->dq, cp->dkv_all + s * n, dout, lse, qkv, cp->kv_all + s * n, s, C, NH);
@@ -110,7 +110,7 @@ static inline void cp_merge_backward(void* ctx, const OpAt* at, floatX* dqkv, co
             int post_kv = j + 1 < cp->cp, post_dkv = j >= 2;
             if (post_kv) {   // the next step's K,V
                 CommMsg m[2] = {{cp->kv[cur], NULL, n, cp_next(cp), 1}, {NULL, cp->kv[1 - cur], n, cp_prev(cp), 1}};
-                cp_ring_post(cp, &pk, m, 2, COMM_FLOATX_CP);
+                cp_ring_post(cp, &pk, m, 2, COMM_FLOATX);
             }
             if (post_dkv) {   // the last step's sum to r+1, this step's block's from r-1
                 CommMsg m[2] = {{sending, NULL, n, cp_next(cp), 2}, {NULL, incoming, n, cp_prev(cp), 2}};

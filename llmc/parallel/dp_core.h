@@ -34,8 +34,6 @@ enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_NCA
 static const char* MEM_NAMES[MEM_NCAT] = {"parameters", "gradients", "master weights", "optimizer m, v",
                                           "activations", "comm buffers"};
 
-#define COMM_FLOATX (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
-
 typedef struct {
     int tensor;      // index into the parameter table
     size_t flat;     // element offset in the table-ordered flat buffer

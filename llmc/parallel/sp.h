@@ -62,5 +62,5 @@ static const TPRegion TP_REGION_SP = {
 // group, counted with its other traffic). Other tensors are left alone.
 static inline void sp_sum_norm_grads(TensorParallel* tp, int tensor, floatX* grad, size_t n) {
     if (!tp->sp || !tp->model->param_info[tensor].norm || n == 0) { return; }
-    tp_allreduce(tp, "SP layernorm gradients: all-reduce", grad, n, TP_FLOATX, COMM_SUM);
+    tp_allreduce(tp, "SP layernorm gradients: all-reduce", grad, n, COMM_FLOATX, COMM_SUM);
 }

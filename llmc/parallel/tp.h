@@ -55,7 +55,7 @@ static inline floatX* tp_f_grad_buffer(TensorParallel* tp, floatX* dx) {
 }
 static inline void tp_f_backward(TensorParallel* tp, const OpAt* at, floatX* dx_full, floatX* dx, int C) {
     (void)dx;   // the same buffer: the sum lands in place
-    tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), TP_FLOATX, COMM_SUM);
+    tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), COMM_FLOATX, COMM_SUM);
 }
 static inline floatX* tp_g_partial_buffer(TensorParallel* tp, floatX* y) {
     (void)tp;
@@ -63,7 +63,7 @@ static inline floatX* tp_g_partial_buffer(TensorParallel* tp, floatX* y) {
 }
 static inline void tp_g_forward(TensorParallel* tp, const OpAt* at, floatX* y_full, floatX* y, int C) {
     (void)y;
-    tp_allreduce(tp, "TP g: all-reduce", y_full, tp_full_count(at, C), TP_FLOATX, COMM_SUM);
+    tp_allreduce(tp, "TP g: all-reduce", y_full, tp_full_count(at, C), COMM_FLOATX, COMM_SUM);
 }
 static inline const floatX* tp_g_backward(TensorParallel* tp, const OpAt* at, const floatX* dy, int C) {
     (void)tp; (void)at; (void)C;
@@ -191,16 +191,16 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
     size_t L = (size_t)gpt2_local_layers(tp->model), X = (size_t)B * T * tp->model->config.channels, BT = (size_t)B * T;
     // regions: 4 per block, the embedding's exit and the LM head's entry where this (pipeline) stage has them
     size_t regions = 4 * L + (pl->has_embedding ? 1 : 0) + (pl->has_head ? 1 : 0);
-    uint64_t per_micro = regions * allreduce_ring_volume(X, TP_FLOATX, p, r).bytes;   // f, g (or their SP pairs)
+    uint64_t per_micro = regions * allreduce_ring_volume(X, COMM_FLOATX, p, r).bytes;   // f, g (or their SP pairs)
     if (tp->sp) {   // SP: reduce-scatter + all-gather instead of each all-reduce, and the re-gathers
-        per_micro = regions * (reduce_scatter_ring_volume(X, TP_FLOATX, p, r).bytes +
-                               allgather_ring_volume(X, TP_FLOATX, p, r).bytes) +
-                    (2 * L + (pl->has_head ? 1 : 0)) * allgather_ring_volume(X, TP_FLOATX, p, r).bytes;
+        per_micro = regions * (reduce_scatter_ring_volume(X, COMM_FLOATX, p, r).bytes +
+                               allgather_ring_volume(X, COMM_FLOATX, p, r).bytes) +
+                    (2 * L + (pl->has_head ? 1 : 0)) * allgather_ring_volume(X, COMM_FLOATX, p, r).bytes;
     }
     if (pl->has_head) {   // the vocabulary-parallel loss's statistics
         per_micro += allreduce_ring_volume(BT, COMM_FP32, p, r).bytes + allreduce_ring_volume(2 * BT, COMM_FP32, p, r).bytes;
     }
-    return (uint64_t)micro * per_micro + (tp->sp ? allreduce_ring_volume(norm_elems, TP_FLOATX, p, r).bytes : 0);
+    return (uint64_t)micro * per_micro + (tp->sp ? allreduce_ring_volume(norm_elems, COMM_FLOATX, p, r).bytes : 0);
 }
 
 // parameters of this rank's table, in closed form (the formula in the header); a pipeline stage

@@ -23,8 +23,6 @@
 #include "../comm/native.h"
 #include "../comm/ring.h"
 
-#define TP_FLOATX (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
-
 typedef struct TensorParallel {
     Comm* comm;           // the tp group: ranks that share every other mesh coordinate
     int tp, rank;         // its size and this rank's index (= model->place.tp_rank)
@@ -62,15 +60,15 @@ static inline void tp_allreduce(TensorParallel* tp, const char* name, void* buf,
 // full (n elements, B x T tokens) -> this rank's block of it, summed over the group
 static inline void tp_reduce_scatter(TensorParallel* tp, const char* name, const floatX* full, floatX* mine, size_t n) {
     double t0 = tp_begin_call();
-    if (tp->use_ring) { reduce_scatter_ring(tp->comm, full, mine, n, TP_FLOATX, COMM_SUM); }
-    else { reduce_scatter_native(tp->comm, full, mine, n, TP_FLOATX, COMM_SUM); }
+    if (tp->use_ring) { reduce_scatter_ring(tp->comm, full, mine, n, COMM_FLOATX, COMM_SUM); }
+    else { reduce_scatter_native(tp->comm, full, mine, n, COMM_FLOATX, COMM_SUM); }
     tp_end_call(tp, name, t0);
 }
 // every rank's block -> full (n elements), in rank order
 static inline void tp_allgather(TensorParallel* tp, const char* name, const floatX* mine, floatX* full, size_t n) {
     double t0 = tp_begin_call();
-    if (tp->use_ring) { allgather_ring(tp->comm, mine, full, n, TP_FLOATX); }
-    else { allgather_native(tp->comm, mine, full, n, TP_FLOATX); }
+    if (tp->use_ring) { allgather_ring(tp->comm, mine, full, n, COMM_FLOATX); }
+    else { allgather_native(tp->comm, mine, full, n, COMM_FLOATX); }
     tp_end_call(tp, name, t0);
 }
 
