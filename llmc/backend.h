@@ -14,6 +14,7 @@
 #include "cpu/matmul.h"
 #include "cpu/attention.h"
 #include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
+#include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/moe.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"
 #include "cpu/classifier.h"

@@ -2,7 +2,11 @@
 // they are:
 //   header: 256 int32 = [20240326, version, maxT, V, L, NH, C, Vp, 0...]
 //   then every parameter in the table's order (llmc/gpt2.h), version 3 = fp32, 5 = bf16.
-// We always write version 3 (fp32); we read 3 and 5. The file is always the whole model: a rank
+// We always write version 3 (fp32); we read 3 and 5. A mixture-of-experts model (llmc/moe.h)
+// has no place in llm.c's format, so it gets a version of its own (doc/expert-parallel.md):
+//   version 10 = MoE, fp32: header[8..12] = E, k, N (every N-th block), the capacity factor and
+//   the aux coefficient (float32 bits); then the 21 tensors of the table (llmc/params.h), the
+//   dense MLP's over the dense blocks only. A dense model is always written as version 3. The file is always the whole model: a rank
 // that holds a shard (llmc/params.h) keeps its slice when loading and is gathered when saving. Saving goes through "<path>.tmp" and a
 // rename, so a crash mid-save never leaves a truncated file under the real name.
 #pragma once
@@ -13,6 +17,10 @@
 #define CHECKPOINT_MAGIC 20240326
 #define CHECKPOINT_VERSION_FP32 3
 #define CHECKPOINT_VERSION_BF16 5
+#define CHECKPOINT_VERSION_MOE 10
+
+static inline int float_bits(float x) { int b; memcpy(&b, &x, sizeof(b)); return b; }
+static inline float bits_float(int b) { float x; memcpy(&x, &b, sizeof(x)); return x; }
 
 // This rank's parameters as the full model (host, fp32, table order): the rank's shard is
 // put in place (param_unslice); what other ranks hold is left as it was in `full` (zeros from
@@ -47,13 +55,20 @@ static inline void gpt2_full_from_shards(const GPT2Config* c, const GPT2Place* p
 static inline void gpt2_save_full_checkpoint(const GPT2Config* c, const float* full, size_t n, const char* path) {
     int header[256] = {0};
     header[0] = CHECKPOINT_MAGIC;
-    header[1] = CHECKPOINT_VERSION_FP32;
+    header[1] = gpt2_is_moe(c) ? CHECKPOINT_VERSION_MOE : CHECKPOINT_VERSION_FP32;
     header[2] = c->max_seq_len;
     header[3] = c->vocab_size;
     header[4] = c->num_layers;
     header[5] = c->num_heads;
     header[6] = c->channels;
     header[7] = c->padded_vocab_size;
+    if (gpt2_is_moe(c)) {
+        header[8] = c->num_experts;
+        header[9] = c->moe_topk;
+        header[10] = c->moe_every;
+        header[11] = float_bits(c->moe_capacity);
+        header[12] = float_bits(c->moe_aux);
+    }
     std::string tmp;
     FILE* f = fopen_tmp_for_write(path, &tmp);
     fwrite_or_die(header, sizeof(int), 256, f, tmp.c_str());
@@ -83,11 +98,12 @@ static inline GPT2Config gpt2_read_checkpoint_config(const char* path, int* vers
     if (header[0] != CHECKPOINT_MAGIC) {
         die("'%s' is not a model checkpoint: magic %d, expected %d", path, header[0], CHECKPOINT_MAGIC);
     }
-    if (header[1] != CHECKPOINT_VERSION_FP32 && header[1] != CHECKPOINT_VERSION_BF16) {
-        die("'%s': checkpoint version %d, expected %d (fp32) or %d (bf16)", path, header[1],
-            CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16);
+    if (header[1] != CHECKPOINT_VERSION_FP32 && header[1] != CHECKPOINT_VERSION_BF16 && header[1] != CHECKPOINT_VERSION_MOE) {
+        die("'%s': checkpoint version %d, expected %d (fp32), %d (bf16) or %d (mixture of experts, fp32)", path, header[1],
+            CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16, CHECKPOINT_VERSION_MOE);
     }
     GPT2Config c;
+    memset(&c, 0, sizeof(c));
     c.max_seq_len = header[2];
     c.vocab_size = header[3];
     c.num_layers = header[4];
@@ -99,19 +115,33 @@ static inline GPT2Config gpt2_read_checkpoint_config(const char* path, int* vers
         die("'%s': invalid model shape in header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path,
             c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size);
     }
+    if (header[1] == CHECKPOINT_VERSION_MOE) {
+        c.num_experts = header[8];
+        c.moe_topk = header[9];
+        c.moe_every = header[10];
+        c.moe_capacity = bits_float(header[11]);
+        c.moe_aux = bits_float(header[12]);
+        if (c.num_experts < 1 || c.moe_topk < 1 || c.moe_topk > c.num_experts || c.moe_every < 1 ||
+            c.moe_every > c.num_layers || !(c.moe_capacity > 0.0f) || !(c.moe_aux >= 0.0f)) {
+            die("'%s': invalid mixture of experts in header (E %d, top-k %d, every %d, capacity %g, aux %g)", path,
+                c.num_experts, c.moe_topk, c.moe_every, c.moe_capacity, c.moe_aux);
+        }
+    }
     *version_out = header[1];
     return c;
 }
 
 // Build the shard of the model described by the checkpoint that a rank at `place` holds (NULL:
 // the whole model) and load its weights: the full tensors are read and the shard kept.
-static inline void gpt2_load_checkpoint_shard(GPT2* model, const char* path, const GPT2Place* place) {
-    int version;
-    GPT2Config c = gpt2_read_checkpoint_config(path, &version);
+// `c` is the config gpt2_read_checkpoint_config read from the file (the caller may change the
+// MoE block's routing settings, capacity and aux coefficient, which do not change the tensors).
+static inline void gpt2_load_checkpoint_config(GPT2* model, const char* path, const GPT2Place* place, const GPT2Config* cfg,
+                                               int version) {
+    GPT2Config c = *cfg;
     GPT2Place whole = gpt2_place_whole(&c);
     gpt2_build_shard(model, &c, place ? place : &whole);
     size_t n = model->num_parameters_full;
-    size_t elsize = version == CHECKPOINT_VERSION_FP32 ? 4 : 2;
+    size_t elsize = version == CHECKPOINT_VERSION_BF16 ? 2 : 4;
     FILE* f = fopen_or_die(path, "rb");
     long expected = 256 * 4 + (long)(n * elsize);
     long size = file_size_or_die(f, path);
@@ -122,7 +152,7 @@ static inline void gpt2_load_checkpoint_shard(GPT2* model, const char* path, con
     fseek(f, 256 * 4, SEEK_SET);
     float* host = (float*)malloc(n * sizeof(float));
     if (host == NULL) { die("out of host memory loading '%s'", path); }
-    if (version == CHECKPOINT_VERSION_FP32) {
+    if (version != CHECKPOINT_VERSION_BF16) {
         fread_or_die(host, sizeof(float), n, f, path);
     } else {
         // bf16 is the upper 16 bits of an fp32: widen by shifting back
@@ -140,5 +170,10 @@ static inline void gpt2_load_checkpoint_shard(GPT2* model, const char* path, con
     }
     gpt2_set_parameters_from_full(model, host);
     free(host);
+}
+static inline void gpt2_load_checkpoint_shard(GPT2* model, const char* path, const GPT2Place* place) {
+    int version;
+    GPT2Config c = gpt2_read_checkpoint_config(path, &version);
+    gpt2_load_checkpoint_config(model, path, place, &c, version);
 }
 static inline void gpt2_load_checkpoint(GPT2* model, const char* path) { gpt2_load_checkpoint_shard(model, path, NULL); }

@@ -119,21 +119,31 @@ typedef struct GPT2 {
     GPT2Ops ops;                // how sublayers are computed (llmc/ops.h)
     HookChain hooks;            // where weights and gradients live (llmc/hooks.h)
     ParameterTensors root, root_grads;  // the root tensors of the pass in flight (after the hooks)
+    struct MoE* moe;            // mixture of experts (llmc/moe.h): routing state and buffers, NULL when dense
 } GPT2;
+
+#include "moe.h"   // the MoE block's MLP (needs GPT2)
 
 // ---------------------------------------------------------------------------------------
 // Placement hooks (llmc/hooks.h): installing and removing a table
 
 static inline void gpt2_add_hooks(GPT2* model, const GPT2Hooks* h) { hooks_add(&model->hooks, h); }
 static inline void gpt2_remove_hooks(GPT2* model, void* ctx) { hooks_remove(&model->hooks, ctx); }
-static inline void gpt2_micro_begin(GPT2* model, int i, int n) { hooks_micro_begin(&model->hooks, i, n); }
+static inline void gpt2_micro_begin(GPT2* model, int i, int n) {
+    if (model->moe) { model->moe->micro_n = n; }   // the aux loss's gradient is a mean over the step
+    hooks_micro_begin(&model->hooks, i, n);
+}
 
 // ---------------------------------------------------------------------------------------
 // The default MLP entries: fc -> GELU -> fcproj through the model's linear entries.
 
+// An MoE block's MLP is the experts (llmc/moe.h), all on this rank.
+static const MoEExchange MOE_ONE_RANK = {NULL, 1, 0, NULL, NULL};
+
 static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const floatX* inp, const BlockWeights* w,
                                   int C, int H) {
     (void)ctx;
+    if (gpt2_layer_is_moe(&at->model->config, at->layer)) { moe_forward(at->model, at, a->out, inp, w, C, H, &MOE_ONE_RANK); return; }
     const GPT2Ops* ops = &at->model->ops;
     ops->linear.forward(ops->linear.ctx, at, LINEAR_FC, a->fch, inp, w->fcw, w->fcb, C, H);
     gelu_forward(a->fch_gelu, a->fch, (size_t)at->B * at->T * H);
@@ -142,6 +152,10 @@ static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const f
 static inline void op_mlp_backward(void* ctx, const OpAt* at, floatX* dinp, const floatX* dout, const MLPActs* a,
                                    const floatX* inp, const BlockWeights* w, BlockWeights* g, floatX* dh, int C, int H) {
     (void)ctx;
+    if (gpt2_layer_is_moe(&at->model->config, at->layer)) {
+        moe_backward(at->model, at, dinp, dout, inp, w, g, C, H, &MOE_ONE_RANK);
+        return;
+    }
     const GPT2Ops* ops = &at->model->ops;
     ops->linear.backward(ops->linear.ctx, at, LINEAR_FCPROJ, dh, g->fcprojw, g->fcprojb, dout, a->fch_gelu, w->fcprojw, H, C);
     gelu_backward(dh, a->fch, dh, (size_t)at->B * at->T * H);
@@ -190,6 +204,7 @@ static inline void gpt2_check_config(const GPT2Config* cfg) {
         die("padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size, cfg->vocab_size);
     }
     if (cfg->vocab_size > 65536) { die("vocab %d does not fit the uint16 token shards", cfg->vocab_size); }
+    gpt2_check_moe(cfg);
 }
 
 // The model as a rank at `place` holds it (gpt2_build: the whole model).
@@ -212,6 +227,7 @@ static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GP
     point_parameters(&model->grads, model->grads_memory, model->param_info);
     model->norm_squared = (float*)device_malloc(sizeof(float));
     model->ops = gpt2_default_ops();
+    if (gpt2_is_moe(cfg)) { model->moe = moe_create(cfg, place); }
 }
 static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
     GPT2Place whole = gpt2_place_whole(cfg);
@@ -342,6 +358,8 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     model->max_B = B;
     model->max_T = T;
     model->num_slots = slots;
+    // the MoE blocks' routing and expert activations: their own buffers (llmc/moe.h), sized by capacity
+    if (model->moe) { moe_allocate(model->moe, c, &model->place, B, T, slots, (int)H); }
 }
 static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_allocate_activations_slots(model, B, T, 1); }
 
@@ -711,8 +729,20 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
 // model's: a sharded rank does its share.
 static inline double gpt2_flops_per_token(const GPT2* model, int T) {
     const GPT2Config* c = &model->config;
-    return 6.0 * (double)model->num_parameters_full + 12.0 * c->num_layers * c->channels * (double)T;
+    double params = (double)model->num_parameters_full;
+    if (gpt2_is_moe(c)) {   // a token runs through k of the E experts of an MoE block: count the active ones
+        double expert = 8.0 * c->channels * c->channels + 5.0 * c->channels;   // one expert's fc and fcproj
+        params -= (double)gpt2_moe_layers(c) * (c->num_experts - c->moe_topk) * expert;
+    }
+    return 6.0 * params + 12.0 * c->num_layers * c->channels * (double)T;
 }
+
+// The auxiliary load-balancing loss of the last forward on a slot (0 for a dense model), and the
+// (token, expert) pairs its capacity dropped
+static inline float gpt2_aux_loss(const GPT2* model, int slot) {
+    return model->moe ? moe_aux_loss(model->moe, slot, model->acts[slot].B) : 0.0f;
+}
+static inline size_t gpt2_moe_dropped(const GPT2* model, int slot) { return model->moe ? moe_dropped(model->moe, slot) : 0; }
 
 static inline void gpt2_free(GPT2* model) {
     device_free(model->params_memory);
@@ -721,5 +751,6 @@ static inline void gpt2_free(GPT2* model) {
     if (model->m_memory) { device_free(model->m_memory); device_free(model->v_memory); }
     if (model->master_memory) { device_free(model->master_memory); }
     if (model->acts_memory) { device_free(model->acts_memory); free(model->losses_host); }
+    moe_free(model->moe);
     memset(model, 0, sizeof(*model));
 }

@@ -37,6 +37,9 @@ typedef struct {
     // pipeline parallelism
     int pp, pp_chunks, pp_print;
     int cp;
+    // mixture of experts and expert parallelism
+    int moe_experts, moe_topk, moe_every, ep;
+    float moe_capacity, moe_aux;
     const char* cp_algo;        // ring, allgather or alltoall (llmc/parallel/cp.h)
     const char* cp_split;       // zigzag or plain
     const char* pp_schedule;
@@ -73,6 +76,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->tp = 1;
     a->pp = 1; a->pp_schedule = "1f1b";
     a->cp = 1; a->cp_algo = "ring"; a->cp_split = "zigzag";
+    a->moe_topk = 1; a->moe_every = 2; a->moe_capacity = -1.0f; a->moe_aux = -1.0f; a->ep = 1;   // -1: not given
     a->dp_mode = "ddp"; a->comm_algo = "ring"; a->bucket_mb = 1.0f; a->ps_servers = 1;
     a->task = "pretrain";
     a->sft_train = "data/arithmetic/sft_train_*.bin";
@@ -125,6 +129,12 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"cp", ARG_INT, &a->cp, "context-parallel ranks: each holds T/cp tokens of every sequence (ring attention)"},
         {"cp-algo", ARG_STRING, &a->cp_algo, "context-parallel attention: ring, allgather (Llama 3) or alltoall (Ulysses)"},
         {"cp-split", ARG_STRING, &a->cp_split, "which tokens a cp rank holds: zigzag (chunks r and 2cp-1-r) or plain"},
+        {"moe-experts", ARG_INT, &a->moe_experts, "mixture of experts: E expert MLPs in every --moe-every-th block, 0 = dense"},
+        {"moe-topk", ARG_INT, &a->moe_topk, "experts per token k (1 = Switch Transformer)"},
+        {"moe-every", ARG_INT, &a->moe_every, "every N-th block is an MoE block (blocks N-1, 2N-1, ...)"},
+        {"moe-capacity", ARG_FLOAT, &a->moe_capacity, "capacity factor: an expert takes ceil(factor T k / E) tokens of a sequence (1.25, or --load's)"},
+        {"moe-aux", ARG_FLOAT, &a->moe_aux, "coefficient of the Switch load-balancing loss, 0 = off (0.01, or --load's)"},
+        {"ep", ARG_INT, &a->ep, "expert-parallel ranks: the experts split over ep of the data-parallel ranks"},
         {"pp-print", ARG_SWITCH, &a->pp_print, "print the pipeline schedule as a timeline (F/B/W by micro-batch, one row per stage)"},
         {"dp-mode", ARG_STRING, &a->dp_mode, "naive (one all-reduce), ddp (bucketed, overlapped), ps (parameter server)"},
         {"zero", ARG_INT, &a->zero, "ZeRO stage 0-3 (1: optimizer state, 2: + gradients, 3: + parameters sharded)"},
@@ -218,6 +228,29 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
             die("--task rlvr samples its rollouts with whole sequences on each rank: it does not run with --cp (use --tp or --dp)");
         }
     }
+    if (a->moe_experts < 0 || a->moe_topk < 1 || a->moe_every < 1 || a->ep < 1) {
+        die("--moe-experts must be >= 0, --moe-topk, --moe-every and --ep >= 1 (got %d, %d, %d, %d)", a->moe_experts, a->moe_topk,
+            a->moe_every, a->ep);
+    }
+    if ((a->moe_capacity != -1.0f && !(a->moe_capacity > 0.0f)) || (a->moe_aux != -1.0f && !(a->moe_aux >= 0.0f))) {
+        die("--moe-capacity must be > 0 and --moe-aux >= 0 (got %g, %g)", a->moe_capacity, a->moe_aux);
+    }
+    if (a->moe_experts > 0 && a->moe_topk > a->moe_experts) {
+        die("--moe-topk %d: a token cannot go to more than the %d experts (--moe-experts)", a->moe_topk, a->moe_experts);
+    }
+    if (a->ep > 1 && a->moe_experts > 0 && a->moe_experts % a->ep != 0) {
+        die("--ep %d does not divide the %d experts (--moe-experts): each expert-parallel rank holds E/ep of them", a->ep,
+            a->moe_experts);
+    }
+    if (a->moe_experts > 0 || a->ep > 1) {   // (an MoE checkpoint is checked again once it is read)
+        if (a->pp > 1) { die("--pp with a mixture of experts is not built: the aux loss of every stage would have to reach the step's loss"); }
+        if (a->cp > 1) { die("--cp with a mixture of experts is not built: a routing group is a whole sequence, which cp splits"); }
+        if (a->sp) { die("--sp with a mixture of experts is not built: the experts take whole tokens, not the sequence-parallel split"); }
+    }
+    if (a->ep > 1) {
+        if (a->zero == 3) { die("--ep with --zero 3 is not built: ZeRO-3 shards the parameters it gathers per block; expert weights are ep's (use --zero 1 or 2)"); }
+        if (strcmp(a->task, "rlvr") == 0) { die("--task rlvr samples with the whole model on each rank: it does not run with --ep (each rank holds E/ep experts)"); }
+    }
     if (strcmp(a->dp_mode, "naive") != 0 && strcmp(a->dp_mode, "ddp") != 0 && strcmp(a->dp_mode, "ps") != 0) {
         die("--dp-mode must be naive, ddp or ps, got '%s'", a->dp_mode);
     }
@@ -264,8 +297,23 @@ static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place
         }
         int version;
         GPT2Config c = gpt2_read_checkpoint_config(a->load, &version);
+        if (a->moe_experts > 0 && !gpt2_is_moe(&c)) {
+            die("--load '%s' is a dense checkpoint (version %d): --moe-experts %d does not apply; drop it, or start a new MoE "
+                "model with --model", a->load, version, a->moe_experts);
+        }
+        if (a->moe_experts > 0 && (a->moe_experts != c.num_experts || a->moe_topk != c.moe_topk || a->moe_every != c.moe_every)) {
+            die("--load '%s' holds %d experts, top-%d, every %d blocks: --moe-experts %d --moe-topk %d --moe-every %d do not "
+                "match (drop them to take the file's)", a->load, c.num_experts, c.moe_topk, c.moe_every, a->moe_experts,
+                a->moe_topk, a->moe_every);
+        }
+        if (gpt2_is_moe(&c) && a->moe_capacity > 0.0f) { c.moe_capacity = a->moe_capacity; }   // given: the run's setting
+        if (gpt2_is_moe(&c) && a->moe_aux >= 0.0f) { c.moe_aux = a->moe_aux; }
+        if (a->ep > 1 && !gpt2_is_moe(&c)) { die("--ep %d: '%s' is a dense model, it has no experts to split", a->ep, a->load); }
+        if (a->ep > 1 && c.num_experts % a->ep != 0) {
+            die("--ep %d does not divide the %d experts of '%s'", a->ep, c.num_experts, a->load);
+        }
         GPT2Place p = place(ctx, &c);
-        gpt2_load_checkpoint_shard(model, a->load, &p);
+        gpt2_load_checkpoint_config(model, a->load, &p, &c, version);
         return;
     }
     GPT2Config cfg;
@@ -277,6 +325,15 @@ static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place
     if (a->channels) { cfg.channels = a->channels; }
     if (a->max_seq) { cfg.max_seq_len = a->max_seq; }
     if (a->vocab) { cfg.vocab_size = a->vocab; cfg.padded_vocab_size = padded_vocab(a->vocab); }
+    if (a->moe_experts > 0) {
+        cfg.num_experts = a->moe_experts;
+        cfg.moe_topk = a->moe_topk;
+        cfg.moe_every = a->moe_every;
+        cfg.moe_capacity = a->moe_capacity > 0.0f ? a->moe_capacity : 1.25f;
+        cfg.moe_aux = a->moe_aux >= 0.0f ? a->moe_aux : 0.01f;
+    } else if (a->ep > 1) {
+        die("--ep %d splits the experts of a mixture of experts: add --moe-experts E", a->ep);
+    }
     gpt2_check_config(&cfg);
     GPT2Place p = place(ctx, &cfg);
     gpt2_build_shard(model, &cfg, &p);

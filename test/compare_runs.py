@@ -4,7 +4,7 @@
 usage: compare_runs.py REF.log REF.bin RUN.log RUN.bin [--tol 1e-5] [--loss-floor X] [--label TEXT]
 
 The logs are the trainer's --log files (step, loss, norm, lr at full precision), the .bin
-files its --save checkpoints (llm.c format, version 3, fp32). Checks:
+files its --save checkpoints (llm.c format, version 3, fp32, or version 10 with experts). Checks:
   - every step's loss and gradient norm within tol relative (the norm catches a dropped
     average: Adam is nearly scale-invariant, so the loss alone could miss it);
   - every parameter tensor within tol, norm-wise: |a - b|_2 / |a|_2 <= tol. (The largest
@@ -29,14 +29,26 @@ def read_log(path):
     return rows
 
 def read_ckpt(path):
+    """the tensors of an llm.c checkpoint (version 3) or of a mixture-of-experts one (version 10:
+    header[8..10] = E, k, N; the dense MLP's tensors over the L - L/N dense blocks, then the MoE
+    blocks' router and experts; doc/expert-parallel.md)"""
     data = open(path, "rb").read()
     h = struct.unpack("256i", data[:1024])
     maxT, V, L, NH, C, Vp = h[2], h[3], h[4], h[5], h[6], h[7]
+    E, every = (h[8], h[10]) if h[1] == 10 else (0, 0)
+    Lm = L // every if E else 0
+    Ld = L - Lm
     shapes = [("wte", Vp * C), ("wpe", maxT * C), ("ln1w", L * C), ("ln1b", L * C), ("qkvw", L * 3 * C * C),
               ("qkvb", L * 3 * C), ("attprojw", L * C * C), ("attprojb", L * C), ("ln2w", L * C), ("ln2b", L * C),
-              ("fcw", L * 4 * C * C), ("fcb", L * 4 * C), ("fcprojw", L * C * 4 * C), ("fcprojb", L * C),
+              ("fcw", Ld * 4 * C * C), ("fcb", Ld * 4 * C), ("fcprojw", Ld * C * 4 * C), ("fcprojb", Ld * C),
               ("lnfw", C), ("lnfb", C)]
+    if E:
+        shapes += [("routerw", Lm * E * C), ("expfcw", Lm * E * 4 * C * C), ("expfcb", Lm * E * 4 * C),
+                   ("expfcprojw", Lm * E * C * 4 * C), ("expfcprojb", Lm * E * C)]
+    shapes = [(name, size) for name, size in shapes if size > 0]
     n = sum(s for _, s in shapes)
+    if len(data) != 1024 + 4 * n:
+        sys.exit("compare_runs.py: %s has %d bytes, expected %d" % (path, len(data), 1024 + 4 * n))
     vals = struct.unpack("%df" % n, data[1024:1024 + 4 * n])
     out, off = {}, 0
     for name, size in shapes:

@@ -49,6 +49,7 @@ suite data-parallel full 1 bash test/test_dp.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
 suite pipeline      full 2 bash test/test_pp.sh
 suite context-parallel full 2 bash test/test_cp.sh
+suite expert-parallel full 2 bash test/test_moe.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
@@ -63,6 +64,7 @@ if [ -n "$EMU_INC" ]; then
     suite emu-tp          full 1 bash test/test_emu_tp.sh
     suite emu-pp          full 1 bash test/test_emu_pp.sh
     suite emu-cp          full 1 bash test/test_emu_cp.sh
+    suite emu-moe         full 1 bash test/test_emu_moe.sh
     suite emu-collectives full 1 bash test/test_emu_collectives.sh
     suite emu-lab         full 2 bash dev/emu/run_lab.sh build/emu/dev/cuda encoder_forward encoder_backward layernorm_forward \
         layernorm_backward matmul_forward matmul_backward attention_forward attention_backward gelu_forward gelu_backward \

@@ -54,6 +54,7 @@ namespace cpu {
 #include "../llmc/cpu/matmul.h"
 #include "../llmc/cpu/attention.h"
 #include "../llmc/cpu/attention_block.h"
+#include "../llmc/cpu/moe.h"
 #include "../llmc/cpu/gelu.h"
 #include "../llmc/cpu/residual.h"
 #include "../llmc/cpu/classifier.h"
@@ -1061,6 +1062,175 @@ static void test_block_rows(int B, int rows, int width) {
 }
 
 // ---------------------------------------------------------------------------------------
+// mixture of experts (llmc/cuda/moe.cuh against llmc/cpu/moe.h). The routing: k distinct random
+// experts per token, about drop_pct % of the assignments dropped (slot -1), the kept ones sent
+// to distinct random rows of y, which has 3 rows no slot names (they must stay as they are).
+// Magnitudes (absolute-value chains, in double):
+//   softmax: p (1 + max_e |z - m|) (z - m errs by UF |z - m|, which exp makes relative); K = 2 (E + 16)
+//   router backward: |coef_j| = (|dgate_j| + sum_i g_i |dgate_i|) / S, |dp| = |coef| + |aux|,
+//     |dz| = p (|dp| + sum_e p |dp|); K = 2 (2k + E + 16)
+//   combine: |old| + sum_j |w y|; K = 2 (k + 4).  combine backward: dy |w dout| (K = 4), dw sum_c |dout y| (K = 2 (C + 4))
+
+static void test_moe(int B, int T, int E, int k, int C, int drop_pct, bool with_aux) {
+    int N = B * T;
+    // the routing
+    std::vector<int> idx((size_t)N * k), slot((size_t)N * k), perm(E);
+    for (int t = 0; t < N; t++) {
+        for (int e = 0; e < E; e++) { perm[e] = e; }
+        for (int j = 0; j < k; j++) {
+            std::swap(perm[j], perm[j + (int)(rand_u32() % (uint32_t)(E - j))]);
+            idx[(size_t)t * k + j] = perm[j];
+        }
+    }
+    int kept = 0;
+    for (auto& s : slot) { s = (int)(rand_u32() % 100) < drop_pct ? -1 : kept++; }
+    int ny = kept + 3;
+    std::vector<int> rows(ny);
+    for (int i = 0; i < ny; i++) { rows[i] = i; }
+    for (int i = ny - 1; i > 0; i--) { std::swap(rows[i], rows[rand_u32() % (uint32_t)(i + 1)]); }
+    for (auto& s : slot) { if (s >= 0) { s = rows[s]; } }
+    std::string s = shape("N=%d T=%d E=%d k=%d C=%d dropped=%d", N, T, E, k, C, N * k - kept);
+    int *d_idx = upi(idx), *d_slot = upi(slot);
+
+    // softmax
+    size_t NE = (size_t)N * E;
+    fvec z = randn(NE, 3.0f), p(NE);
+    cpu::moe_softmax(p.data(), z.data(), N, E);
+    floatX* d_z = upx(z);
+    float* d_p = upf(nan_fill(NE));
+    moe_softmax(d_p, d_z, N, E);
+    {
+        dvec mp(NE);
+        for (int t = 0; t < N; t++) {
+            double m = -INFINITY, range = 0.0;
+            for (int e = 0; e < E; e++) { m = std::max(m, (double)z[(size_t)t * E + e]); }
+            for (int e = 0; e < E; e++) { range = std::max(range, m - z[(size_t)t * E + e]); }
+            for (int e = 0; e < E; e++) { mp[(size_t)t * E + e] = p[(size_t)t * E + e] * (1.0 + range); }
+        }
+        check_close(shape("moe_softmax N=%d E=%d", N, E), getf(d_p, NE), p, scaled(mp, 2.0 * (E + 16) * UF), false,
+                    "+- 2(E+16) UF p (1 + max|z - m|)");
+    }
+
+    // router backward, on the CPU's probabilities (both sides read the same fp32 input)
+    fvec dgate = randn((size_t)N * k, 1.0f, 0.0f, false), aux = with_aux ? randn((size_t)B * E, 0.3f, 0.0f, false) : fvec();
+    fvec dz(NE);
+    cpu::moe_router_backward(dz.data(), p.data(), idx.data(), dgate.data(), with_aux ? aux.data() : NULL, N, E, k, T);
+    float *d_pc = upf(p), *d_dgate = upf(dgate), *d_aux = with_aux ? upf(aux) : NULL;
+    floatX* d_dz = upx(nan_fill(NE));
+    moe_router_backward(d_dz, d_pc, d_idx, d_dgate, d_aux, N, E, k, T);
+    {
+        dvec mz(NE), mdp(E);
+        for (int t = 0; t < N; t++) {
+            const float* pt = &p[(size_t)t * E];
+            const int* ix = &idx[(size_t)t * k];
+            const float* dg = &dgate[(size_t)t * k];
+            for (int e = 0; e < E; e++) { mdp[e] = with_aux ? fabs(aux[(size_t)(t / T) * E + e]) : 0.0; }
+            double S = 0.0, mG = 0.0;
+            for (int j = 0; j < k; j++) { S += pt[ix[j]]; }
+            for (int j = 0; j < k; j++) { mG += pt[ix[j]] / S * fabs(dg[j]); }
+            for (int j = 0; j < k; j++) { mdp[ix[j]] += k == 1 ? fabs(dg[j]) : (fabs(dg[j]) + mG) / S; }
+            double mdot = 0.0;
+            for (int e = 0; e < E; e++) { mdot += pt[e] * mdp[e]; }
+            for (int e = 0; e < E; e++) { mz[(size_t)t * E + e] = pt[e] * (mdp[e] + mdot); }
+        }
+        check_close(shape("moe_router_backward aux=%d ", (int)with_aux) + s, getx(d_dz, NE), dz,
+                    scaled(mz, 2.0 * (2 * k + E + 16) * UF), true, "RN(ref +- 2(2k+E+16) UF mag)");
+    }
+
+    // combine: every combination of weights (or NULL) and accumulate
+    size_t NC = (size_t)N * C, YC = (size_t)ny * C;
+    fvec y = randn(YC), w((size_t)N * k);
+    for (auto& x : w) { x = rand_unif(); }
+    floatX* d_y = upx(y);
+    float* d_w = upf(w);
+    floatX* d_out = dalloc<floatX>(NC);
+    for (int acc = 0; acc <= 1; acc++) {
+        for (int with_w = 0; with_w <= 1; with_w++) {
+            fvec start = randn(NC), ref = start;
+            const float* wp = with_w ? w.data() : NULL;
+            cpu::moe_combine(ref.data(), y.data(), slot.data(), wp, N, k, C, acc);
+            dvec mag(NC);
+            for (int t = 0; t < N; t++) {
+                for (int c = 0; c < C; c++) {
+                    double m = acc ? fabs(start[(size_t)t * C + c]) : 0.0;
+                    for (int j = 0; j < k; j++) {
+                        int sl = slot[(size_t)t * k + j];
+                        if (sl >= 0) { m += fabs((wp ? wp[(size_t)t * k + j] : 1.0f) * y[(size_t)sl * C + c]); }
+                    }
+                    mag[(size_t)t * C + c] = m;
+                }
+            }
+            put_x(d_out, start);
+            moe_combine(d_out, d_y, d_slot, with_w ? d_w : NULL, N, k, C, acc);
+            check_close(shape("moe_combine w=%s accumulate=%d ", with_w ? "yes" : "NULL", acc) + s, getx(d_out, NC), ref,
+                        scaled(mag, 2.0 * (k + 4) * UF), true, "RN(ref +- 2(k+4) UF mag)");
+            if (acc && with_w) {   // the kernel itself with fewer threads than elements
+                put_x(d_out, start);
+                moe_combine_kernel<<<3, 64>>>(d_out, d_y, d_slot, d_w, N, k, C, acc);
+                cudaCheckLaunch();
+                check_close("moe_combine_kernel grid 3x64 (grid-stride) " + s, getx(d_out, NC), ref,
+                            scaled(mag, 2.0 * (k + 4) * UF), true, "RN(ref +- 2(k+4) UF mag)");
+            }
+        }
+    }
+
+    // combine backward: dy written where a slot names it, left as it is elsewhere; then in place (dy = y)
+    fvec dout = randn(NC), dy0 = randn(YC);
+    floatX* d_dout = upx(dout);
+    floatX* d_dy = dalloc<floatX>(YC);
+    float* d_dw = dalloc<float>((size_t)N * k);
+    dvec mdy(YC, 0.0), mdw((size_t)N * k, 0.0);
+    for (int i = 0; i < N * k; i++) {
+        int sl = slot[i];
+        if (sl < 0) { continue; }
+        for (int c = 0; c < C; c++) {
+            double d = dout[(size_t)(i / k) * C + c];
+            mdy[(size_t)sl * C + c] = fabs(w[i] * d);
+            mdw[i] += fabs(d * y[(size_t)sl * C + c]);
+        }
+    }
+    for (int inplace = 0; inplace <= 1; inplace++) {
+        fvec rdy = inplace ? y : dy0, rdw((size_t)N * k, NAN);
+        cpu::moe_combine_backward(rdy.data(), rdw.data(), dout.data(), y.data(), slot.data(), w.data(), N, k, C);
+        put_x(d_dy, inplace ? y : dy0);
+        cudaCheck(cudaMemcpy(d_dw, nan_fill((size_t)N * k).data(), (size_t)N * k * sizeof(float), cudaMemcpyHostToDevice));
+        moe_combine_backward(d_dy, d_dw, d_dout, inplace ? d_dy : d_y, d_slot, d_w, N, k, C);
+        std::string what = inplace ? "moe_combine_backward in place (dy = y) " : "moe_combine_backward ";
+        check_close(what + "dy " + s, getx(d_dy, YC), rdy, scaled(mdy, 4.0 * UF), true, "RN(ref +- 4 UF |w dout|), the rest untouched");
+        check_close(what + "dw " + s, getf(d_dw, (size_t)N * k), rdw, scaled(mdw, 2.0 * (C + 4) * UF), false,
+                    "+- 2(C+4) UF sum|dout y|, 0 where dropped");
+    }
+
+    // gather (the kept assignments' token rows, in slot order) and scale
+    {
+        std::vector<int> gidx(kept);
+        for (int i = 0, n = 0; i < N * k; i++) { if (slot[i] >= 0) { gidx[n++] = i / k; } }
+        fvec ref((size_t)kept * C);
+        cpu::moe_gather_rows(ref.data(), dout.data(), gidx.data(), kept, C);
+        int* d_gidx = upi(gidx);
+        floatX* d_g = upx(nan_fill((size_t)kept * C));
+        moe_gather_rows(d_g, d_dout, d_gidx, kept, C);
+        check_exact(shape("moe_gather_rows n=%d C=%d", kept, C), getx(d_g, (size_t)kept * C), ref);
+        float sc = 0.37f;
+        cpu::moe_scale(ref.data(), ref.size(), sc);
+        moe_scale(d_g, (size_t)kept * C, sc);
+        check_close(shape("moe_scale n=%zu", (size_t)kept * C), getx(d_g, ref.size()), ref, dvec(ref.size(), 0.0), true,
+                    "RN(ref)");
+        dfree(d_gidx); dfree(d_g);
+    }
+    // empty problems launch nothing (an empty grid would be a launch error)
+    moe_softmax(d_p, d_z, 0, E);
+    moe_router_backward(d_dz, d_pc, d_idx, d_dgate, d_aux, 0, E, k, T);
+    moe_combine(d_out, d_y, d_slot, d_w, 0, k, C, 1);
+    moe_combine_backward(d_dy, d_dw, d_dout, d_y, d_slot, d_w, 0, k, C);
+    moe_gather_rows(d_out, d_y, d_idx, 0, C);
+    moe_scale(d_out, 0, 2.0f);
+    cudaCheck(cudaDeviceSynchronize());
+    dfree(d_idx); dfree(d_slot); dfree(d_z); dfree(d_p); dfree(d_pc); dfree(d_dgate); if (d_aux) { dfree(d_aux); }
+    dfree(d_dz); dfree(d_y); dfree(d_w); dfree(d_out); dfree(d_dout); dfree(d_dy); dfree(d_dw);
+}
+
+// ---------------------------------------------------------------------------------------
 // gelu, residual
 
 static void test_gelu(size_t N) {
@@ -1372,6 +1542,10 @@ int main() {
     test_layernorm(2, 150, 72);
     test_matmul(3, 37, 40, 33);
     test_matmul(2, 150, 24, 17);
+    test_matmul(1, 1, 40, 4);     // the MoE shapes: the router (OC = E, small) and an expert
+    test_matmul(1, 7, 64, 4);     // given a handful of rows
+    test_matmul(7, 1, 33, 3);
+    test_matmul(1, 7, 48, 8);
     test_gelu(1001);
     test_residual(1001);
 
@@ -1399,6 +1573,11 @@ int main() {
     test_attention_merge(2, 37, 64, 2);
     test_attention_block_delta(2, 37, 96, 3);
     test_block_rows(3, 37, 50);
+    test_moe(3, 13, 5, 1, 40, 25, true);      // Switch (k = 1)
+    test_moe(3, 13, 5, 2, 33, 25, false);     // renormalised gates, no aux
+    test_moe(2, 37, 37, 3, 70, 20, true);     // E > 32: two lanes' worth of experts per row
+    test_moe(1, 20, 256, 8, 100, 30, true);   // the largest E and k
+    test_moe(1, 9, 1, 1, 5, 0, true);         // one expert: dlogits = 0
 
     test_classifier(3, 37, 300, 320, false, 1);
     test_classifier(3, 37, 300, 320, true, 1);

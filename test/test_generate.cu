@@ -310,7 +310,7 @@ int main() {
     printf("backend: %s on %s\n", BACKEND_NAME, backend_device_name());
 #endif
     rng_init(&test_rng, 1234);
-    GPT2Config cfg;
+    GPT2Config cfg = {};
     cfg.num_layers = L; cfg.num_heads = NH; cfg.channels = C; cfg.max_seq_len = MAXT;
     cfg.vocab_size = V; cfg.padded_vocab_size = padded_vocab(V);
     GPT2 model;

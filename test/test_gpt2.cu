@@ -4,6 +4,15 @@
 //   python3 test/reference/gpt2.py --model DIR/model.bin --batch DIR/batch.bin --out DIR/ref.bin
 //   test_gpt2 --check DIR          our logits, loss, every gradient, 10 AdamW steps and the final
 //                                  parameters against the reference; exits 1 on any miss
+// Mixture of experts (issue 20): four more models, each with its own reference (moe_*.bin, the
+// same batch): (a) E 4, k 2, every block MoE, capacity factor 0.5, so that tokens are dropped
+// (both sides must drop some, and the same number); (b) E 4, k 1 (Switch), every 2nd of 4
+// blocks, capacity 2, nothing dropped; (c) E 8, k 2, every 2nd of 4 blocks, capacity 1.25;
+// (d) E 4, k 1, capacity 1.1 (ceil(8.8) = 9: the rounding up matters), expert 2's router row a
+// copy of expert 1's, so their probabilities are equal for every token and the tie rule (the
+// lower index) decides each routing where they lead. The loss compared is the cross-entropy +
+// the auxiliary loss (compared on its own too, 1e-5); the gradients include the router's and
+// the experts'. Case (a) also runs the masked batch.
 // A third stage checks the RLVR loss (llmc/rlvr.h): for fixed prompts, sampled completions,
 // rewards and a frozen reference model (rl_*.bin), the policy-gradient + KL loss and its
 // gradients against test/reference/rlvr.py, which computes the advantages and the loss from
@@ -58,10 +67,14 @@ static Tolerances tolerances_for_build() {
     // the update after 10 AdamW steps, norm-wise: measured <= 2.6e-2 for every tensor but the
     // LayerNorm gains, which reach 5.1e-2 (ln1w: their gradients are the smallest and change
     // sign between steps, so more of their elements are noise-dominated) -> 7.5e-2 and 0.15
+    // (the five MoE tensors take the dense MLP's figure; not measured)
     //                    wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw attprojb
-    float u[16] = {7.5e-2f, 7.5e-2f, 0.15f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f,
+    float u[21] = {7.5e-2f, 7.5e-2f, 0.15f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f,
     //                    ln2w   ln2b   fcw    fcb    fcprojw fcprojb lnfw   lnfb
-                   0.15f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 0.15f, 7.5e-2f};
+                   0.15f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 0.15f, 7.5e-2f,
+    //                    routerw expfcw expfcb expfcprojw expfcprojb
+                   7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f, 7.5e-2f};
+    static_assert(NUM_PARAMETER_TENSORS == 21, "one update tolerance per parameter tensor");
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.update[i] = u[i]; }
 #endif
     return t;
@@ -186,8 +199,29 @@ static RLCase read_rl_case(const char* path) {
     return c;
 }
 
+// The MoE models: the dense model's shape (maxT 64, V 257, NH 4, C 64) with L blocks, E experts,
+// top-k, every N-th block an MoE block, capacity factor cf, aux coefficient alpha. drops: 1 = the
+// first forward must drop assignments, 0 = it must drop none, -1 = either (the counts must agree).
+typedef struct {
+    const char* name;   // files: DIR/<name>_model.bin, <name>_ref.bin (<name>_ref_masked.bin)
+    const char* label;
+    int L, E, k, N;
+    float cf, alpha;
+    int drops, masked;
+    int tie;            // 1: expert 2's router row is a copy of expert 1's in every MoE block, so the
+                        // two probabilities are equal for every token and the tie rule decides
+} MoECase;
+
+static const MoECase moe_cases[] = {
+    {"moe_a", "MoE (a) E 4, k 2, every block, cf 0.5: dropping", 2, 4, 2, 1, 0.5f, 0.01f, 1, 1, 0},
+    {"moe_b", "MoE (b) E 4, k 1, every 2nd block, cf 2", 4, 4, 1, 2, 2.0f, 0.1f, 0, 0, 0},
+    {"moe_c", "MoE (c) E 8, k 2, every 2nd block, cf 1.25", 4, 8, 2, 2, 1.25f, 0.01f, -1, 0, 0},
+    {"moe_d", "MoE (d) E 4, k 1, every block, cf 1.1, experts 1 and 2 tied", 2, 4, 1, 1, 1.1f, 0.01f, -1, 0, 1},
+};
+#define NUM_MOE_CASES ((int)(sizeof(moe_cases) / sizeof(moe_cases[0])))
+
 static void write_inputs(const char* dir) {
-    GPT2Config cfg = {64, 257, padded_vocab(257), 2, 4, 64};   // maxT, V, Vp, L, NH, C
+    GPT2Config cfg = {64, 257, padded_vocab(257), 2, 4, 64, 0, 0, 0, 0.0f, 0.0f};   // maxT, V, Vp, L, NH, C; dense
     GPT2 model;
     gpt2_build(&model, &cfg);
     gpt2_init_random(&model, 42);
@@ -217,6 +251,34 @@ static void write_inputs(const char* dir) {
     write_rl_case((std::string(dir) + "/rl_top1.bin").c_str(), RL_TOP1, 0.0f, 12);
     gpt2_free(&model);
     printf("wrote %s/model.bin, batch.bin, batch_masked.bin, ref_model.bin, rl_grpo_kl.bin, rl_top1.bin\n", dir);
+    // the MoE models (same batches)
+    for (int i = 0; i < NUM_MOE_CASES; i++) {
+        const MoECase* mc = &moe_cases[i];
+        GPT2Config mcfg = {64, 257, padded_vocab(257), mc->L, 4, 64, mc->E, mc->k, mc->N, mc->cf, mc->alpha};
+        GPT2 moe;
+        gpt2_build(&moe, &mcfg);
+        gpt2_init_random(&moe, 44 + i);
+        std::string path = std::string(dir) + "/" + mc->name + "_model.bin";
+        gpt2_save_checkpoint(&moe, path.c_str());
+        if (mc->tie) {   // in the file: routerw[m][2] = routerw[m][1] (the file is the whole model)
+            const ParamInfo* r = &moe.param_info[16];
+            if (strcmp(r->name, "routerw") != 0) { die("parameter 16 is %s, expected routerw", r->name); }
+            int C = mcfg.channels, Lm = gpt2_moe_layers(&mcfg);
+            std::vector<float> row(C);
+            FILE* f = fopen_or_die(path.c_str(), "r+b");
+            for (int m = 0; m < Lm; m++) {
+                long base = 256 * 4 + (long)(r->offset + (size_t)m * mc->E * C) * 4;
+                fseek(f, base + 1L * C * 4, SEEK_SET);
+                fread_or_die(row.data(), sizeof(float), C, f, path.c_str());
+                fseek(f, base + 2L * C * 4, SEEK_SET);
+                fwrite_or_die(row.data(), sizeof(float), C, f, path.c_str());
+            }
+            fclose(f);
+        }
+        gpt2_free(&moe);
+        printf("wrote %s (L %d, E %d, k %d, every %d, cf %g, alpha %g)\n", path.c_str(), mc->L, mc->E, mc->k, mc->N,
+               mc->cf, mc->alpha);
+    }
 }
 
 // ---- comparison
@@ -288,19 +350,25 @@ static void report(const char* name, int ok) {
 // every parameter tensor's gradient against the reference's, one PASS/FAIL line
 static void report_gradients(const char* label, const GPT2* model, const std::vector<float>& grads,
                              const std::vector<float>& ref_grads, const Tolerances& tol) {
-    int all_ok = 1;
+    int all_ok = 1, tensors = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model->param_info[i];
+        if (p->numel == 0) { continue; }   // not in this model (a dense model's MoE tensors)
         std::string name = std::string("d") + p->name;
         all_ok &= compare(name.c_str(), grads.data() + p->offset, ref_grads.data() + p->offset, p->numel, tol.grads[i]);
+        tensors++;
     }
-    report((std::string(label) + ": gradients of all 16 parameter tensors").c_str(), all_ok);
+    report((std::string(label) + ": gradients of all " + std::to_string(tensors) + " parameter tensors").c_str(),
+           all_ok);
 }
 
-static void check_case(const char* dir, const char* batch_name, const char* ref_name, const char* label) {
+// model_name: the checkpoint in dir; mc: the MoE case (NULL: a dense model), whose dropping
+// expectation is checked and whose loss adds the auxiliary loss
+static void check_case(const char* dir, const char* model_name, const char* batch_name, const char* ref_name,
+                       const char* label, const MoECase* mc) {
     std::string d(dir);
     GPT2 model;
-    gpt2_load_checkpoint(&model, (d + "/model.bin").c_str());
+    gpt2_load_checkpoint(&model, (d + "/" + model_name).c_str());
     RefBatch b = read_batch((d + "/" + batch_name).c_str());
     int B = b.B, T = b.T, V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
     size_t BT = (size_t)B * T, P = model.num_parameters;
@@ -321,17 +389,32 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
     fread_or_die(ref_norms.data(), sizeof(float), b.steps, f, ref_path.c_str());
     fread_or_die(ref_params.data(), sizeof(float), P, f, ref_path.c_str());
     fclose(f);
+    // MoE (header slots 7..9): assignments dropped and aux loss of the first forward, MoE blocks
+    size_t ref_dropped = (size_t)header[7];
+    float ref_aux;
+    memcpy(&ref_aux, &header[8], sizeof(float));
+    int moe = gpt2_is_moe(&model.config), Lm = gpt2_moe_layers(&model.config);
+    if (header[9] != Lm || (mc != NULL) != (moe != 0)) {
+        die("'%s' has %d MoE blocks, the model %d (regenerate it with test/reference/gpt2.py)", ref_path.c_str(),
+            header[9], Lm);
+    }
 
     Tolerances tol = tolerances_for_build();
     printf("\n[%s] B %d, T %d, L %d, NH %d, C %d, V %d (Vp %d), %zu parameters\n", label, B, T,
            model.config.num_layers, model.config.num_heads, model.config.channels, V, Vp, P);
+    if (moe) {
+        const GPT2Config* c = &model.config;
+        printf("  MoE: E %d, top-%d, every %d-th block (%d MoE blocks), capacity factor %g -> %d per expert and "
+               "sequence, aux %g\n", c->num_experts, c->moe_topk, c->moe_every, Lm, c->moe_capacity,
+               (int)ceil((double)c->moe_capacity * T * c->moe_topk / c->num_experts), c->moe_aux);
+    }
     gpt2_allocate_activations(&model, B, T);
     std::vector<float> init_params(P), ref_init(P);
     copy_floats_to_host(init_params.data(), model.params_memory, P);
     {
-        FILE* mf = fopen_or_die((d + "/model.bin").c_str(), "rb");
+        FILE* mf = fopen_or_die((d + "/" + model_name).c_str(), "rb");
         fseek(mf, 256 * sizeof(int), SEEK_SET);
-        fread_or_die(ref_init.data(), sizeof(float), P, mf, "model.bin");
+        fread_or_die(ref_init.data(), sizeof(float), P, mf, model_name);
         fclose(mf);
     }
     // the loss averages over the tokens with a non-zero weight
@@ -350,9 +433,25 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
     // loss and backward
     gpt2_zero_grad(&model);
     float loss = gpt2_classifier(&model, b.targets.data(), w, dloss, 1) * dloss;
+    if (moe) {
+        // the auxiliary loss on its own (it is ~1e-3 of the total), and the tokens dropped
+        float aux = gpt2_aux_loss(&model, 0);
+        size_t dropped = gpt2_moe_dropped(&model, 0);
+        loss += aux;
+        float aux_rel = fabsf(aux - ref_aux) / fabsf(ref_aux);
+        printf("  %-22s ours %.7f   ref %.7f   rel err %.2e (tol %.2g)\n", "aux loss", aux, ref_aux, aux_rel, tol.loss);
+        report((std::string(label) + ": auxiliary load-balancing loss").c_str(), aux_rel <= tol.loss);
+        size_t assignments = (size_t)B * T * model.config.moe_topk * Lm;
+        int drop_ok = dropped == ref_dropped && (mc->drops < 0 || (mc->drops ? dropped > 0 : dropped == 0));
+        printf("  dropped assignments    ours %zu   ref %zu   of %zu (expected: %s)\n", dropped, ref_dropped, assignments,
+               mc->drops < 0 ? "either" : mc->drops ? "some" : "none");
+        report((std::string(label) + ": dropped assignments (capacity) agree" +
+                (mc->drops < 0 ? "" : mc->drops ? ", and some were dropped" : ", none dropped")).c_str(), drop_ok);
+    }
     gpt2_backward(&model);
     float loss_rel = fabsf(loss - ref_loss) / fabsf(ref_loss);
-    printf("  %-22s ours %.7f   ref %.7f   rel err %.2e (tol %.2g)\n", "loss", loss, ref_loss, loss_rel, tol.loss);
+    printf("  %-22s ours %.7f   ref %.7f   rel err %.2e (tol %.2g)\n", moe ? "loss (CE + aux)" : "loss", loss,
+           ref_loss, loss_rel, tol.loss);
     report((std::string(label) + ": loss").c_str(), loss_rel <= tol.loss);
 
     std::vector<float> grads(P);
@@ -368,6 +467,7 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
         gpt2_zero_grad(&model);
         gpt2_forward(&model, b.inputs.data(), B, T);
         float l = gpt2_classifier(&model, b.targets.data(), w, dloss, 1) * dloss;
+        if (moe) { l += gpt2_aux_loss(&model, 0); }
         gpt2_backward(&model);
         float norm = gpt2_update(&model, b.lr, b.beta1, b.beta2, b.eps, b.weight_decay, b.clip);
         float rel = fabsf(l - ref_step_losses[s]) / fabsf(ref_step_losses[s]);
@@ -391,6 +491,7 @@ static void check_case(const char* dir, const char* batch_name, const char* ref_
            "max elem err (shown)");
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model.param_info[i];
+        if (p->numel == 0) { continue; }   // not in this model
         std::vector<size_t> idx;
         for (size_t j = 0; j < p->numel; j++) {
             int is_key = strcmp(p->name, "qkvb") == 0 && (int)(j % (3 * C)) >= C && (int)(j % (3 * C)) < 2 * C;
@@ -584,8 +685,17 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (argc == 3 && strcmp(argv[1], "--check") == 0) {
-        check_case(argv[2], "batch.bin", "ref.bin", "pre-training loss");
-        check_case(argv[2], "batch_masked.bin", "ref_masked.bin", "masked loss");
+        check_case(argv[2], "model.bin", "batch.bin", "ref.bin", "pre-training loss", NULL);
+        check_case(argv[2], "model.bin", "batch_masked.bin", "ref_masked.bin", "masked loss", NULL);
+        for (int i = 0; i < NUM_MOE_CASES; i++) {
+            const MoECase* mc = &moe_cases[i];
+            std::string model_name = std::string(mc->name) + "_model.bin", ref = std::string(mc->name) + "_ref.bin";
+            check_case(argv[2], model_name.c_str(), "batch.bin", ref.c_str(), mc->label, mc);
+            if (mc->masked) {
+                std::string ref_m = std::string(mc->name) + "_ref_masked.bin", label = std::string(mc->label) + ", masked";
+                check_case(argv[2], model_name.c_str(), "batch_masked.bin", ref_m.c_str(), label.c_str(), mc);
+            }
+        }
         check_rl_case(argv[2], "rl_grpo_kl.bin", "rl_grpo_kl_ref.bin", "RLVR: GRPO advantages + KL penalty");
         check_rl_case(argv[2], "rl_top1.bin", "rl_top1_ref.bin", "RLVR: top-1, A = r, no KL");
         {   // a verifier that returns NaN or infinity: counted, treated as reward 0, no NaN advantage

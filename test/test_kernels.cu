@@ -720,6 +720,257 @@ static void test_classifier() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// mixture of experts (llmc/cpu/moe.h): N = B*T token rows, E experts, k assignments per token.
+//   softmax: p = exp(z - m) / sum exp(z - m)
+//   router backward: dp[e_j] = dgate_j (k = 1) or (dgate_j - sum_i g_i dgate_i) / S (k >= 2,
+//     g_i = p[e_i] / S, S = sum_i p[e_i]); dp[e] += aux[t / T][e]; dz = p (dp - sum_e p dp)
+//   combine: out = (old) + sum_{kept j} w_j y[slot_j];  backward: dy[slot_j] = w_j dout, dw_j = dout . y[slot_j]
+// The routing of a test: k distinct random experts per token, about drop_pct % of the assignments
+// dropped (slot -1), the kept ones sent to distinct random rows of y, which has 3 rows no slot names.
+struct MoeRouting { std::vector<int> idx, slot; int ny, dropped; };
+
+static MoeRouting moe_routing(int N, int E, int k, int drop_pct) {
+    MoeRouting r;
+    r.idx.resize((size_t)N * k);
+    r.slot.resize((size_t)N * k);
+    std::vector<int> perm(E);
+    for (int t = 0; t < N; t++) {   // k distinct experts: a partial Fisher-Yates shuffle
+        for (int e = 0; e < E; e++) { perm[e] = e; }
+        for (int j = 0; j < k; j++) {
+            int i = j + (int)(rng_u32(&rng) % (uint32_t)(E - j));
+            std::swap(perm[j], perm[i]);
+            r.idx[(size_t)t * k + j] = perm[j];
+        }
+    }
+    int kept = 0;
+    for (auto& s : r.slot) { s = (int)(rng_u32(&rng) % 100) < drop_pct ? -1 : kept++; }
+    r.dropped = N * k - kept;
+    r.ny = kept + 3;
+    std::vector<int> rows(r.ny);
+    for (int i = 0; i < r.ny; i++) { rows[i] = i; }
+    for (int i = r.ny - 1; i > 0; i--) { std::swap(rows[i], rows[rng_u32(&rng) % (uint32_t)(i + 1)]); }
+    for (auto& s : r.slot) { if (s >= 0) { s = rows[s]; } }
+    return r;
+}
+
+// p with mag = p (1 + max_e |z - m|): z - m errs by u |z - m|, which exp makes relative
+static Ref ref_moe_softmax(const vec& z, int N, int E) {
+    Ref r((size_t)N * E);
+    for (int t = 0; t < N; t++) {
+        double m = -INFINITY, s = 0.0, range = 0.0;
+        for (int e = 0; e < E; e++) { m = fmax(m, z[(size_t)t * E + e]); }
+        for (int e = 0; e < E; e++) { s += exp(z[(size_t)t * E + e] - m); range = fmax(range, m - z[(size_t)t * E + e]); }
+        for (int e = 0; e < E; e++) {
+            double p = exp(z[(size_t)t * E + e] - m) / s;
+            r.v[(size_t)t * E + e] = p;
+            r.mag[(size_t)t * E + e] = p * (1.0 + range);
+        }
+    }
+    return r;
+}
+
+// the forward the router backward differentiates (check 1): sum_t,j dgate g_j + sum_t,e aux p
+static double ref_moe_router_loss(const vec& z, const std::vector<int>& idx, const vec& dgate, const vec& aux, int N,
+                                  int E, int k, int T) {
+    Ref p = ref_moe_softmax(z, N, E);
+    double L = 0.0;
+    for (int t = 0; t < N; t++) {
+        const double* pt = &p.v[(size_t)t * E];
+        double S = 0.0;
+        for (int j = 0; j < k; j++) { S += pt[idx[(size_t)t * k + j]]; }
+        for (int j = 0; j < k; j++) {
+            double g = pt[idx[(size_t)t * k + j]];
+            L += dgate[(size_t)t * k + j] * (k == 1 ? g : g / S);
+        }
+        for (int e = 0; e < E && !aux.empty(); e++) { L += aux[(size_t)(t / T) * E + e] * pt[e]; }
+    }
+    return L;
+}
+
+// dz with its magnitude chain: |coef_j| <= (|dgate_j| + sum_i g_i |dgate_i|) / S, |dp| <= that + |aux|,
+// |dot| <= sum p |dp|, |dz| <= p (|dp| + |dot|)
+static Ref ref_moe_router_backward(const vec& p, const std::vector<int>& idx, const vec& dgate, const vec& aux, int N,
+                                   int E, int k, int T) {
+    Ref r((size_t)N * E);
+    vec dp(E), mdp(E);
+    for (int t = 0; t < N; t++) {
+        const double* pt = &p[(size_t)t * E];
+        const int* ix = &idx[(size_t)t * k];
+        const double* dg = &dgate[(size_t)t * k];
+        for (int e = 0; e < E; e++) { dp[e] = 0.0; mdp[e] = 0.0; }
+        if (k == 1) {
+            dp[ix[0]] += dg[0];
+            mdp[ix[0]] += fabs(dg[0]);
+        } else {
+            double S = 0.0, G = 0.0, mG = 0.0;
+            for (int j = 0; j < k; j++) { S += pt[ix[j]]; }
+            for (int j = 0; j < k; j++) { G += pt[ix[j]] / S * dg[j]; mG += pt[ix[j]] / S * fabs(dg[j]); }
+            for (int j = 0; j < k; j++) { dp[ix[j]] += (dg[j] - G) / S; mdp[ix[j]] += (fabs(dg[j]) + mG) / S; }
+        }
+        for (int e = 0; e < E && !aux.empty(); e++) {
+            dp[e] += aux[(size_t)(t / T) * E + e];
+            mdp[e] += fabs(aux[(size_t)(t / T) * E + e]);
+        }
+        double dot = 0.0, mdot = 0.0;
+        for (int e = 0; e < E; e++) { dot += pt[e] * dp[e]; mdot += pt[e] * mdp[e]; }
+        for (int e = 0; e < E; e++) {
+            r.v[(size_t)t * E + e] = pt[e] * (dp[e] - dot);
+            r.mag[(size_t)t * E + e] = pt[e] * (mdp[e] + mdot);
+        }
+    }
+    return r;
+}
+
+// out = (accumulate ? start : 0) + sum_{kept j} w_j y[slot_j] (w empty: 1)
+static Ref ref_moe_combine(const std::vector<float>& start, const vec& y, const std::vector<int>& slot, const vec& w,
+                           int N, int k, int C, int accumulate) {
+    Ref r = accumulate ? Ref(start) : Ref((size_t)N * C);
+    for (int t = 0; t < N; t++) {
+        for (int j = 0; j < k; j++) {
+            int s = slot[(size_t)t * k + j];
+            if (s < 0) { continue; }
+            double wj = w.empty() ? 1.0 : w[(size_t)t * k + j];
+            for (int c = 0; c < C; c++) {
+                r.v[(size_t)t * C + c] += wj * y[(size_t)s * C + c];
+                r.mag[(size_t)t * C + c] += fabs(wj * y[(size_t)s * C + c]);
+            }
+        }
+    }
+    return r;
+}
+
+// dy starts as dy0 (rows no slot names keep it, exactly); dw (N, k)
+struct MoeCombineRef { Ref dy, dw; };
+static MoeCombineRef ref_moe_combine_backward(const std::vector<float>& dy0, const vec& dout, const vec& y,
+                                              const std::vector<int>& slot, const vec& w, int N, int k, int C) {
+    MoeCombineRef r{Ref(dy0), Ref((size_t)N * k)};
+    for (int i = 0; i < N * k; i++) {
+        int s = slot[i], t = i / k;
+        if (s < 0) { continue; }   // dw = 0 exactly
+        for (int c = 0; c < C; c++) {
+            double d = dout[(size_t)t * C + c];
+            r.dy.v[(size_t)s * C + c] = w[i] * d;
+            r.dy.mag[(size_t)s * C + c] = fabs(w[i] * d);
+            r.dw.v[i] += d * y[(size_t)s * C + c];
+            r.dw.mag[i] += fabs(d * y[(size_t)s * C + c]);
+        }
+    }
+    return r;
+}
+
+static void test_moe_case(int B, int T, int E, int k, int C, int drop_pct, bool with_aux) {
+    int N = B * T;
+    MoeRouting rt = moe_routing(N, E, k, drop_pct);
+    char name[256], sh[96];
+    snprintf(sh, sizeof(sh), "N=%d T=%d E=%d k=%d C=%d dropped=%d", N, T, E, k, C, rt.dropped);
+
+    // softmax (logits spread wide enough that the max matters)
+    std::vector<float> z = randn((size_t)N * E, 3.0f), p((size_t)N * E);
+    moe_softmax(p.data(), z.data(), N, E);
+    {
+        Tight t;
+        t.add("p", p.data(), ref_moe_softmax(to_double(z), N, E), E + 16);   // the sum of E terms, exp, the divide
+        snprintf(name, sizeof(name), "moe_softmax vs double, N=%d E=%d", N, E);
+        t.report(name);
+    }
+
+    // router backward on the kernel's p (an input here, as in the model)
+    std::vector<float> dgate = randn((size_t)N * k), aux = with_aux ? randn((size_t)B * E, 0.3f) : std::vector<float>();
+    std::vector<float> dz((size_t)N * E, NAN);
+    moe_router_backward(dz.data(), p.data(), rt.idx.data(), dgate.data(), with_aux ? aux.data() : NULL, N, E, k, T);
+    {
+        Tight t;   // S and G (k terms each), the coefficient's quotient, the dot (E terms), a few products
+        t.add("dlogits", dz.data(), ref_moe_router_backward(to_double(p), rt.idx, to_double(dgate), to_double(aux), N, E,
+                                                            k, T), 2 * k + E + 16);
+        snprintf(name, sizeof(name), "moe_router_backward vs double, aux=%d %s", (int)with_aux, sh);
+        t.report(name);
+    }
+
+    // combine: with weights, overwriting; without weights (w NULL), accumulating
+    std::vector<float> y = randn((size_t)rt.ny * C), w = std::vector<float>((size_t)N * k);
+    for (auto& x : w) { x = rng_uniform(&rng); }
+    for (int acc = 0; acc <= 1; acc++) {
+        std::vector<float> start = randn((size_t)N * C), out = start;
+        const float* wp = acc ? NULL : w.data();
+        moe_combine(out.data(), y.data(), rt.slot.data(), wp, N, k, C, acc);
+        Tight t;
+        t.add("out", out.data(), ref_moe_combine(start, to_double(y), rt.slot, acc ? vec() : to_double(w), N, k, C, acc),
+              k + 1 + 16);
+        snprintf(name, sizeof(name), "moe_combine vs double, w=%s accumulate=%d %s", acc ? "NULL" : "yes", acc, sh);
+        t.report(name);
+    }
+
+    // combine backward: dy overwritten where a slot names it, untouched elsewhere; then in place (dy = y)
+    std::vector<float> dout = randn((size_t)N * C), dy0 = randn((size_t)rt.ny * C);
+    MoeCombineRef r = ref_moe_combine_backward(dy0, to_double(dout), to_double(y), rt.slot, to_double(w), N, k, C);
+    for (int inplace = 0; inplace <= 1; inplace++) {
+        std::vector<float> dy = inplace ? y : dy0, dw((size_t)N * k, NAN);
+        MoeCombineRef ri = inplace ? ref_moe_combine_backward(y, to_double(dout), to_double(y), rt.slot, to_double(w), N,
+                                                              k, C) : r;
+        moe_combine_backward(dy.data(), dw.data(), dout.data(), inplace ? dy.data() : y.data(), rt.slot.data(), w.data(),
+                             N, k, C);
+        Tight t;
+        t.add("dy", dy.data(), ri.dy, 16);       // one product
+        t.add("dw", dw.data(), ri.dw, C + 16);   // a sum of C products
+        snprintf(name, sizeof(name), "moe_combine_backward vs double%s, %s", inplace ? " (in place, dy = y)" : "", sh);
+        t.report(name);
+    }
+
+    // check 1: the router's reference backward against finite differences of its forward (small rows)
+    {
+        int Nf = T < 4 ? N : 2 * T;   // two groups when there are, so the aux term's group index matters
+        if (Nf > N) { Nf = N; }
+        vec zd = to_double(std::vector<float>(z.begin(), z.begin() + (size_t)Nf * E));
+        std::vector<int> idx(rt.idx.begin(), rt.idx.begin() + (size_t)Nf * k);
+        vec dg = to_double(std::vector<float>(dgate.begin(), dgate.begin() + (size_t)Nf * k)), ad = to_double(aux);
+        Ref pd = ref_moe_softmax(zd, Nf, E);
+        Ref g = ref_moe_router_backward(pd.v, idx, dg, ad, Nf, E, k, T);
+        auto loss = [&]() { return ref_moe_router_loss(zd, idx, dg, ad, Nf, E, k, T); };
+        snprintf(name, sizeof(name), "moe router reference vs finite differences, aux=%d E=%d k=%d", (int)with_aux, E, k);
+        report_fd(name, fd_error(zd, g.v, loss));
+    }
+}
+
+// gather and scale: a copy must be exact, a scale one rounding
+static void test_moe_rows() {
+    int n = 23, C = 37, nsrc = 11;
+    std::vector<float> src = randn((size_t)nsrc * C), dst((size_t)n * C + 1, 42.0f);
+    std::vector<int> idx(n);
+    for (auto& i : idx) { i = (int)(rng_u32(&rng) % (uint32_t)nsrc); }
+    idx[0] = nsrc - 1;
+    moe_gather_rows(dst.data(), src.data(), idx.data(), n, C);
+    int bad = dst[(size_t)n * C] != 42.0f;   // one past the end untouched
+    for (int i = 0; i < n; i++) { bad += memcmp(&dst[(size_t)i * C], &src[(size_t)idx[i] * C], C * sizeof(float)) != 0; }
+    char detail[64];
+    snprintf(detail, sizeof(detail), "%d rows wrong", bad);
+    report("moe_gather_rows exact, n=23 C=37", bad == 0, detail);
+    moe_gather_rows(dst.data(), src.data(), idx.data(), 0, C);   // n = 0: nothing
+
+    size_t m = 1001;
+    std::vector<float> x = randn(m), x0 = x;
+    x.push_back(42.0f);
+    float s = 0.7f;
+    moe_scale(x.data(), m, s);
+    Ref rs(m);
+    for (size_t i = 0; i < m; i++) { rs.v[i] = (double)x0[i] * s; rs.mag[i] = fabs(rs.v[i]); }
+    Tight t;
+    t.add("x", x.data(), rs, 1);   // |err| <= u |x s|: the correctly rounded product
+    t.detail += x[m] == 42.0f ? ", one past the end untouched" : ", ONE PAST THE END WRITTEN";
+    if (x[m] != 42.0f) { t.worst = INFINITY; }
+    t.report("moe_scale vs double, n=1001");
+}
+
+static void test_moe() {
+    test_moe_case(3, 13, 5, 1, 33, 25, true);    // Switch (k = 1)
+    test_moe_case(3, 13, 5, 2, 33, 25, false);   // renormalised gates, no aux
+    test_moe_case(3, 13, 5, 3, 33, 25, true);
+    test_moe_case(2, 9, 1, 1, 7, 0, true);       // one expert: dlogits = 0
+    test_moe_case(1, 20, 64, 2, 17, 40, true);
+    test_moe_case(2, 5, 9, 8, 3, 30, true);      // k = 8
+    test_moe_rows();
+}
+
+// ---------------------------------------------------------------------------------------------
 static void test_adamw() {
     size_t n = 1000;
     std::vector<float> p = randn(n), m(n, 0.0f), v(n, 0.0f);
@@ -796,6 +1047,7 @@ int main() {
     test_attention_block();
     test_encoder();
     test_classifier();
+    test_moe();
     test_adamw();
     test_thread_independence();
     printf("%s\n", failures ? "kernel tests FAILED" : "kernel tests passed");

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The model against PyTorch: write a small model and two batches (test_gpt2cpu), compute the
 # reference with test/reference/gpt2.py, compare (test_gpt2cpu --check). The RLVR loss: two
-# rollout cases against test/reference/rlvr.py.
+# rollout cases against test/reference/rlvr.py. Mixture of experts (issue 20): the reference's
+# MoE block checks itself first (gpt2.py --self-test: routing rules, gradients against finite
+# differences in float64), then four MoE models (moe_a: tokens dropped, moe_b, moe_c, moe_d: exact ties) go through
+# the same pipeline.
 # On a GPU machine: bash test/test_reference.sh ./test_gpt2cu   (the same pipeline with the
 # CUDA build, in its own directory; its --check adds the determinism check)
 set -u
@@ -22,9 +25,15 @@ if [ -z "$py" ]; then
     exit 1
 fi
 echo "reference python: $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
+"$py" test/reference/gpt2.py --self-test || exit 1
 "$bin" --write-inputs "$dir" || exit 1
 "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref.bin" || exit 1
 "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_masked.bin" || exit 1
+for m in moe_a moe_b moe_c moe_d; do
+    "$py" test/reference/gpt2.py --model "$dir/${m}_model.bin" --batch "$dir/batch.bin" --out "$dir/${m}_ref.bin" || exit 1
+done
+"$py" test/reference/gpt2.py --model "$dir/moe_a_model.bin" --batch "$dir/batch_masked.bin" \
+    --out "$dir/moe_a_ref_masked.bin" || exit 1
 for case in rl_grpo_kl rl_top1; do
     "$py" test/reference/rlvr.py --model "$dir/model.bin" --ref-model "$dir/ref_model.bin" --case "$dir/$case.bin" \
         --out "$dir/${case}_ref.bin" || exit 1

@@ -47,7 +47,7 @@ static void report(const char* name, int ok, const std::string& detail) {
 static const int L = 3, NH = 4, C = 64, MAXT = 16, V = 67, B = 2, T = 8;   // head size 16: the CUDA kernels take it
 
 static GPT2Config small_config() {
-    GPT2Config c = {MAXT, V, padded_vocab(V), L, NH, C};
+    GPT2Config c = {MAXT, V, padded_vocab(V), L, NH, C, 0, 0, 0, 0.0f, 0.0f};
     return c;
 }
 
@@ -352,7 +352,7 @@ static void test_shards(void) {
         int shapes_ok = 1;
         for (int s = 0; s < cs.stages; s++) {
             for (int t = 0; t < cs.tp; t++) {
-                GPT2Place p = {cs.tp, t, s * L / cs.stages, (s + 1) * L / cs.stages, s == 0, s == cs.stages - 1, 0, 1, 0};
+                GPT2Place p = {cs.tp, t, s * L / cs.stages, (s + 1) * L / cs.stages, s == 0, s == cs.stages - 1, 0, 1, 0, 1, 0};
                 gpt2_place_check(&p, &c);
                 ParamInfo local[NUM_PARAMETER_TENSORS];
                 fill_param_table(local, &c, &p);
@@ -390,7 +390,7 @@ static void test_shards(void) {
     GPT2 whole_m, shard_m;
     gpt2_build(&whole_m, &c);
     gpt2_init_random(&whole_m, 5);
-    GPT2Place p = {2, 1, 1, 3, 0, 1, 0, 1, 0};
+    GPT2Place p = {2, 1, 1, 3, 0, 1, 0, 1, 0, 1, 0};
     gpt2_build_shard(&shard_m, &c, &p);
     gpt2_init_random(&shard_m, 5);
     std::vector<float> w = host_copy(whole_m.params_memory, whole_m.num_parameters);
@@ -403,7 +403,7 @@ static void test_shards(void) {
     std::vector<std::vector<float>> locals;
     for (int st = 0; st < 3; st++) {
         for (int t = 0; t < 2; t++) {
-            GPT2Place q = {2, t, st, st + 1, st == 0, st == 2, 0, 1, 0};
+            GPT2Place q = {2, t, st, st + 1, st == 0, st == 2, 0, 1, 0, 1, 0};
             GPT2 part;
             gpt2_build_shard(&part, &c, &q);
             gpt2_init_random(&part, 5);
@@ -438,7 +438,7 @@ static void test_chunks(void) {
     int numbering_ok = 1;
     for (int st = 0; st < 2; st++) {
         for (int t = 0; t < 2; t++) {
-            GPT2Place q = {2, t, st, st + 1, st == 0, st == 1, 0, 2, 2};   // layers {st, st + 2}
+            GPT2Place q = {2, t, st, st + 1, st == 0, st == 1, 0, 2, 2, 1, 0};   // layers {st, st + 2}
             gpt2_place_check(&q, &c);
             numbering_ok &= gpt2_place_num_layers(&q) == 2 && gpt2_place_layer(&q, 0) == st && gpt2_place_layer(&q, 1) == st + 2 &&
                             gpt2_place_local(&q, st + 2) == 1 && gpt2_place_local(&q, 1 - st) == -1;

@@ -16,6 +16,7 @@
 #include "matmul.cuh"
 #include "attention.cuh"
 #include "attention_block.cuh"   // the pieces of ring attention (llmc/parallel/cp.h)
+#include "moe.cuh"               // the pieces of the mixture-of-experts block (llmc/moe.h)
 #include "gelu.cuh"
 #include "residual.cuh"
 #include "classifier.cuh"

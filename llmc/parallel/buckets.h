@@ -41,15 +41,15 @@ static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
     int per_chunk = gpt2_slot_layers(model), chunked = model->place.chunks > 1;
     dp->unit_slices.assign(nl, std::vector<Slice>());
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (!info[i].layered) { continue; }
-        if (i < FIRST_BLOCK_TENSOR || i >= FIRST_BLOCK_TENSOR + NUM_BLOCK_TENSORS) {
-            die("parameter table: '%s' is layered but not a BlockWeights tensor", info[i].name);
-        }
-        size_t n = info[i].numel / nl;   // one layer's slice
+        if (!info[i].layered || info[i].numel == 0 || (dp->skip_experts && info[i].experts)) { continue; }
+        if (table_block_tensor(i) < 0) { die("parameter table: '%s' is layered but not a BlockWeights tensor", info[i].name); }
+        size_t n = info[i].numel / (size_t)info[i].shape[0];   // one block's slice
         for (int l = 0; l < nl; l++) {
+            int slice = param_local_slice(&info[i], &model->place, l);   // -1: the block has none (MoE / dense)
+            if (slice < 0) { continue; }
             std::vector<Slice>& unit = dp->unit_slices[l];
             size_t packed = unit.empty() ? 0 : unit.back().packed + unit.back().count;
-            unit.push_back({i, info[i].offset + (size_t)l * n, n, packed});
+            unit.push_back({i, info[i].offset + (size_t)slice * n, n, packed});
         }
     }
     std::vector<Slice> root;
@@ -103,7 +103,7 @@ static inline void dp_build_layout(DataParallel* dp, int one_unit_per_bucket) {
 static inline void dp_block_pointers(DataParallel* dp, int unit, floatX* bucket_base, BlockWeights* w) {
     size_t base = dp->unit_offset[unit];
     for (const Slice& s : dp->unit_slices[unit]) {
-        *block_tensor(w, s.tensor - FIRST_BLOCK_TENSOR) = bucket_base + base + s.packed;
+        *block_tensor(w, table_block_tensor(s.tensor)) = bucket_base + base + s.packed;
     }
 }
 static inline void dp_root_pointers(DataParallel* dp, floatX* bucket_base, ParameterTensors* p) {

@@ -39,6 +39,7 @@ typedef struct {
     double bucket_mb;     // gradient bucket size in MiB
     ShardGroup shards;    // the ranks with the other shards of this replica (tensor, pipeline parallelism), or none
     int defer_root;       // pipeline: the root's gradients are reduced when dp_root_done says so
+    int skip_experts;     // expert parallelism: the expert tensors are owned by ep (llmc/parallel/ep.h)
 } DPConfig;
 
 static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MODE_PS,
@@ -90,8 +91,12 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->model = model;
     dp->shards = cfg->shards;
     dp->root_deferred = cfg->defer_root;
-    dp->psi = model->num_parameters;
-    dp->psi_pad = model->num_parameters;
+    dp->skip_experts = cfg->skip_experts;
+    dp->experts = ExpertOwners{};
+    // Psi: the parameters this layer manages, the whole flat buffer or, with expert parallelism,
+    // everything before the expert tensors (they come last in the table)
+    dp->psi = cfg->skip_experts ? model->param_info[FIRST_EXPERT_TENSOR].offset : model->num_parameters;
+    dp->psi_pad = dp->psi;
     dp->thread = std::thread(dp_thread_main, dp);
     // the model's own buffers count too
     size_t a = sizeof(floatX);

@@ -77,6 +77,19 @@ typedef struct {
     double (*sum_norm)(void* ctx, double sq);                                // sum over the group
 } ShardGroup;
 
+// Tensors another group owns: expert parallelism (llmc/parallel/ep.h) keeps E/ep experts per
+// rank, so the data-parallel ranks hold DIFFERENT expert weights and must not average them.
+// The dp layer leaves the expert tensors out of its buckets (skip_experts) and the owner brings
+// their gradients to completion over its own group (the replicas of the same experts) before
+// the update; their segments then join the gradient norm, summed over the owner's group, and
+// AdamW here, so that one clip factor scales the whole model.
+typedef struct {
+    void* ctx;
+    void (*reduce)(void* ctx);                  // make the owned gradients whole (NULL: none owned)
+    double (*sum_norm)(void* ctx, double sq);   // the owned part of the squared norm, summed over the owners
+    std::vector<OptSegment> segments;           // the owned tensors: parameters, gradients, m, v, master
+} ExpertOwners;
+
 typedef struct DataParallel {
     // configuration
     const struct DPModeOps* ops;       // the mode: dp_naive.h, dp_ddp.h, dp_ps.h, dp_zero.h, dp_zero3.h
@@ -89,6 +102,8 @@ typedef struct DataParallel {
     int N, rank;
     GPT2* model;
     ShardGroup shards;            // the other shards of this replica (tensor and pipeline parallelism)
+    int skip_experts;             // expert parallelism: the expert tensors are not this layer's (experts)
+    ExpertOwners experts;
     int root_deferred;            // pipeline: the root's gradients are whole only after the embedding
                                   // group's sum, which then calls dp_root_done (buckets.h)
     // layout (buckets.h): units 0 .. nl-1 are the stage's blocks (local index), then the root

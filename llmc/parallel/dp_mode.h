@@ -125,10 +125,9 @@ static inline void dp_own_flat_range(DataParallel* dp, size_t o, size_t n) {
 // the parts are summed over the ranks (8 bytes, not counted), else every rank has it all. With
 // tensor and pipeline parallelism the shards of the replica are summed too (dp->shards), a
 // replicated tensor counted on tp rank 0 only and the tied wte on the first stage only.
-static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
-    GPT2* m = dp->model;
+static inline double dp_segments_norm_squared(GPT2* m, const std::vector<OptSegment>& segments) {
     double sq = 0.0;
-    for (const OptSegment& s : dp->segments) {
+    for (const OptSegment& s : segments) {
         if (m->place.tp_rank != 0 && m->param_info[s.tensor].shard == SHARD_REPLICATED) { continue; }
         // the last pipeline stage's copy of the tied wte (the LM head) is counted by the first
         if (m->param_info[s.tensor].used_by == (USE_EMBEDDING | USE_HEAD) && !m->place.has_embedding) { continue; }
@@ -137,7 +136,13 @@ static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
         copy_device_to_host(&part, m->norm_squared, sizeof(float));
         sq += part;
     }
+    return sq;
+}
+static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
+    GPT2* m = dp->model;
+    double sq = dp_segments_norm_squared(m, dp->segments);
     if (owners_disjoint) { MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, dp->comm->mpi); }
+    if (dp->experts.reduce) { sq += dp->experts.sum_norm(dp->experts.ctx, dp_segments_norm_squared(m, dp->experts.segments)); }
     if (dp->shards.sum_norm) { sq = dp->shards.sum_norm(dp->shards.ctx, sq); }
     return (float)sqrt(sq);
 }
@@ -153,6 +158,7 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
     if (dp->shards.complete_grads) {
         for (const OptSegment& s : dp->segments) { dp->shards.complete_grads(dp->shards.ctx, s.tensor, s.grad, s.n); }
     }
+    if (dp->experts.reduce) { dp->experts.reduce(dp->experts.ctx); }   // expert parallelism's own group
     float norm = dp_grad_norm(dp, owners_disjoint);
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     m->step += 1;
@@ -160,6 +166,11 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
         float wd = m->param_info[s.tensor].decay ? weight_decay : 0.0f;
         dp->opt->adamw(dp, &s, lr, beta1, beta2, eps, wd, m->step, grad_scale,
                        (unsigned int)(m->step * 1000003u + s.tensor));
+    }
+    for (const OptSegment& s : dp->experts.segments) {   // on the device, whatever --offload says
+        float wd = m->param_info[s.tensor].decay ? weight_decay : 0.0f;
+        adamw_update(s.param, s.master, s.grad, s.m, s.v, s.n, lr, beta1, beta2, eps, wd, m->step, grad_scale,
+                     (unsigned int)(m->step * 1000003u + s.tensor));
     }
     trace_event("AdamW update", 0, t0);
     return norm;

@@ -27,7 +27,7 @@ static inline void naive_zero_grad(DataParallel* dp) { gpt2_zero_grad(dp->model)
 static inline float naive_update(DataParallel* dp, float lr, float beta1, float beta2, float eps, float weight_decay,
                                  float grad_clip) {
     GPT2* m = dp->model;
-    dp_run(dp, "all-reduce gradients", [dp, m] { dp_allreduce_avg(dp, m->grads_memory, m->num_parameters); });
+    dp_run(dp, "all-reduce gradients", [dp, m] { dp_allreduce_avg(dp, m->grads_memory, dp->psi); });
     return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip, 0);
 }
 

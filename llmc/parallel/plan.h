@@ -30,6 +30,7 @@
 #include "tp.h"
 #include "pp.h"
 #include "cp.h"
+#include "ep.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -46,6 +47,8 @@ typedef struct {
     TensorParallel tp;      // with ntp > 1: the ops of llmc/parallel/tp.h on the mesh's tp group
     PipelineParallel pp;    // with npp > 1: the schedule's executor (llmc/parallel/pp.h) is the step
     ContextParallel cp;     // with ncp > 1: ring attention (llmc/parallel/cp.h), the step wrapped
+    int nep;                // expert-parallel ranks (1 without it)
+    ExpertParallel ep;      // with nep > 1: the experts split over ep of the dp ranks (llmc/parallel/ep.h)
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
@@ -68,12 +71,13 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     plan->ntp = args->tp;
     plan->npp = args->pp;
     plan->ncp = args->cp;
+    plan->nep = args->ep;
     memset(&plan->tp, 0, sizeof(plan->tp));
     plan->pp.comm = NULL;
     plan->pp_split.clear();
-    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1 || args->pp > 1 || args->cp > 1)) {
-        die("data, tensor, pipeline and context parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp, --cp) need the "
-            "MPI build: apt-get install libopenmpi-dev, then make");
+    if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1)) {
+        die("data, tensor, pipeline, context and expert parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp, --cp, --ep) "
+            "need the MPI build: apt-get install libopenmpi-dev, then make");
     }
     for (const char* s = args->pp_split; s && *s;) {   // "2,4,2": layers per stage
         char* end;
@@ -86,12 +90,12 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
     // parallelism the main thread's collectives and messages on the tp and pp groups run while
     // the thread reduces gradients on the dp group, which needs MPI_THREAD_MULTIPLE.
-    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1;
+    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1;
     int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
         die("this MPI library does not provide %s%s", need == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED",
-            multi ? " (--tp/--pp/--cp: their messages and the dp collectives run in two threads at once)" : "");
+            multi ? " (--tp/--pp/--cp/--ep: their messages and the dp collectives run in two threads at once)" : "");
     }
     plan->world = comm_init_world(argc, argv);
     plan->rank = plan->world.rank;
@@ -110,6 +114,10 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     MPI_Comm_free(&node);
     backend_init(local_rank);
     plan->ndp = 1;
+    if (args->ep > 1 && (plan->world_size / model_ranks) % args->ep != 0) {
+        die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them [rank %d]", args->ep,
+            plan->world_size / model_ranks, plan->rank);
+    }
     if (plan->use_dp) {
         plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / model_ranks, args->pp, args->cp,
                                args->tp);
@@ -156,6 +164,10 @@ static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
         pp_check_layers(cfg->num_layers, plan->npp, plan->args->pp_chunks, split, (int)plan->pp_split.size());
         pp_stage_place(&p, cfg->num_layers, plan->npp, plan->args->pp_chunks, split, plan->mesh.coord[MESH_PP]);
     }
+    if (plan->nep > 1) {   // ep groups of consecutive dp ranks: rank j of a group holds experts [j E/ep, ...)
+        p.ep = plan->nep;
+        p.ep_rank = plan->mesh.coord[MESH_DP] % plan->nep;
+    }
     return p;
 }
 
@@ -178,7 +190,7 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "ring") == 0;
-    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0};
+    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0, a->ep > 1};
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
@@ -196,6 +208,7 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
     }
     if (plan->ncp > 1) { plan->step = cp_step(&plan->cp, plan->step); }   // each rank's part of every sequence
     dp_init(&plan->dp, model, &plan->mesh.dp_cp, &cfg);   // gradients averaged over dp x cp
+    if (plan->nep > 1) { ep_init(&plan->ep, model, &plan->mesh.dp_cp, &plan->dp, use_ring); }   // the experts' own group
     if (plan->npp > 1) {   // the tied wte's gradient is reduced over the replicas after the embedding group's sum
         plan->pp.dp = &plan->dp;
         plan->pp.root_done = dp_root_done;
@@ -208,11 +221,13 @@ static inline void plan_zero_grad(Plan* plan) {
     if (plan->use_dp) { dp_zero_grad(&plan->dp); } else { gpt2_zero_grad(plan->model); }
     if (plan->ntp > 1) { tp_step_begin(&plan->tp); }
     if (plan->ncp > 1) { cp_step_begin(&plan->cp); }
+    if (plan->nep > 1) { ep_step_begin(&plan->ep); }
+    if (plan->model->moe) { moe_step_begin(plan->model->moe); }
 }
 
 // whether this rank holds the whole model on whole sequences (generation, samples and the
 // accuracy eval need it): not with a pipeline, nor with context parallelism
-static inline int plan_whole_model(const Plan* plan) { return plan->npp == 1 && plan->ncp == 1; }
+static inline int plan_whole_model(const Plan* plan) { return plan->npp == 1 && plan->ncp == 1 && plan->nep == 1; }
 
 static inline float plan_update(Plan* plan, float lr) {
     const TrainArgs* a = plan->args;
@@ -297,6 +312,7 @@ static inline void plan_print(Plan* plan) {
 // after the model, batch and task lines: memory, mesh, communication
 static inline void plan_print_layout(Plan* plan) {
     GPT2* m = plan->model;
+    if (m->moe) { moe_print_plan(m); }
     if (!plan->use_dp) {
         printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
                2.0 * m->num_parameters * sizeof(floatX) / 1048576.0, 2.0 * m->num_parameters * sizeof(float) / 1048576.0,
@@ -315,6 +331,12 @@ static inline void plan_print_layout(Plan* plan) {
     }
     if (plan->ntp > 1) { tp_print_memory(&plan->tp); }
     if (plan->npp > 1) { pp_print_memory(&plan->pp); }
+    if (plan->nep > 1) {
+        ep_print_plan(&plan->ep);
+        if (plan->args->sample_every > 0 || plan->args->accuracy > 0) {
+            printf("note: no samples or accuracy with --ep: generation runs every expert on one rank\n");
+        }
+    }
     dp_print_memory(&plan->dp);
     dp_print_plan(&plan->dp);
     if (plan->ntp > 1) { tp_print_plan(&plan->tp); }
@@ -334,6 +356,7 @@ static inline void plan_trace_start(Plan* plan) {
 
 // after each step's line: the communication it did
 static inline void plan_report_step(Plan* plan, int step) {
+    if (plan->model->moe) { moe_report_step(plan->model, plan->use_dp ? plan->dp.comm->mpi : MPI_COMM_NULL); }
     if (!plan->use_dp) { return; }
     dp_report_step(&plan->dp, step, plan->args->grad_accum);
     if (plan->ntp > 1) {
@@ -342,6 +365,7 @@ static inline void plan_report_step(Plan* plan, int step) {
     }
     if (plan->npp > 1) { pp_report_step(&plan->pp, plan->model->max_B, plan->model->max_T); }
     if (plan->ncp > 1) { cp_report_step(&plan->cp, plan->args->grad_accum, plan->model->max_B); }
+    if (plan->nep > 1) { ep_report_step(&plan->ep); }
     if (step > 0) { plan->comm_total += plan->dp.comm_seconds; plan->exposed_total += plan->dp.exposed_seconds; }
 }
 
@@ -378,6 +402,7 @@ static inline void plan_free(Plan* plan) {
     if (plan->ntp > 1) { tp_free(&plan->tp); }
     if (plan->npp > 1) { pp_free(&plan->pp); }
     if (plan->ncp > 1) { cp_free(&plan->cp); }
+    if (plan->nep > 1) { ep_free(&plan->ep); }
     if (plan->use_dp) {
         dp_shutdown(&plan->dp);
         mesh_free(&plan->mesh);

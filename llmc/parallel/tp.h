@@ -189,8 +189,10 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
     int p = tp->tp, r = tp->rank;
     const GPT2Place* pl = &tp->model->place;
     size_t L = (size_t)gpt2_local_layers(tp->model), X = (size_t)B * T * tp->model->config.channels, BT = (size_t)B * T;
+    // an MoE block (llmc/moe.h) has the attention's two regions; its MLP's two are inside each expert
+    size_t Lm = tp->model->moe ? (size_t)tp->model->moe->blocks : 0;
     // regions: 4 per block, the embedding's exit and the LM head's entry where this (pipeline) stage has them
-    size_t regions = 4 * L + (pl->has_embedding ? 1 : 0) + (pl->has_head ? 1 : 0);
+    size_t regions = 4 * L - 2 * Lm + (pl->has_embedding ? 1 : 0) + (pl->has_head ? 1 : 0);
     uint64_t per_micro = regions * allreduce_ring_volume(X, COMM_FLOATX, p, r).bytes;   // f, g (or their SP pairs)
     if (tp->sp) {   // SP: reduce-scatter + all-gather instead of each all-reduce, and the re-gathers
         per_micro = regions * (reduce_scatter_ring_volume(X, COMM_FLOATX, p, r).bytes +
@@ -200,7 +202,13 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
     if (pl->has_head) {   // the vocabulary-parallel loss's statistics
         per_micro += allreduce_ring_volume(BT, COMM_FP32, p, r).bytes + allreduce_ring_volume(2 * BT, COMM_FP32, p, r).bytes;
     }
-    return (uint64_t)micro * per_micro + (tp->sp ? allreduce_ring_volume(norm_elems, COMM_FLOATX, p, r).bytes : 0);
+    uint64_t experts = 0;   // each expert call: g after its fcproj (forward), f before its fc (backward), on its rows
+    if (Lm) {
+        for (int n : tp->model->moe->step_expert_calls) {
+            experts += 2 * allreduce_ring_volume((size_t)n * tp->model->config.channels, COMM_FLOATX, p, r).bytes;
+        }
+    }
+    return (uint64_t)micro * per_micro + experts + (tp->sp ? allreduce_ring_volume(norm_elems, COMM_FLOATX, p, r).bytes : 0);
 }
 
 // parameters of this rank's table, in closed form (the formula in the header); a pipeline stage
@@ -210,9 +218,12 @@ static inline size_t tp_formula_params(const GPT2* m) {
     const GPT2Config* c = &m->config;
     const GPT2Place* p = &m->place;
     size_t tp = (size_t)p->tp, C = (size_t)c->channels, L = (size_t)gpt2_local_layers(m);
+    size_t Lm = m->moe ? (size_t)m->moe->blocks : 0, E = (size_t)c->num_experts, El = E / (size_t)p->ep;
+    // an MoE block: the attention's 4 C^2/tp + 3 C/tp + 5 C, the router E C, and El experts' 8 C^2/tp + 4 C/tp + C
+    size_t moe_block = 4 * C * C / tp + 3 * C / tp + 5 * C + E * C + El * (8 * C * C / tp + 4 * C / tp + C);
     return (p->has_embedding || p->has_head ? (size_t)c->padded_vocab_size * C / tp : 0) +
-           (p->has_embedding ? (size_t)c->max_seq_len * C : 0) + L * (12 * C * C / tp + 7 * C / tp + 6 * C) +
-           (p->has_head ? 2 * C : 0);
+           (p->has_embedding ? (size_t)c->max_seq_len * C : 0) + (L - Lm) * (12 * C * C / tp + 7 * C / tp + 6 * C) +
+           Lm * moe_block + (p->has_head ? 2 * C : 0);
 }
 
 // activation bytes of `slots` slots of B x T tokens, in closed form; a slot holds Ls layers

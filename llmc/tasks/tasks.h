@@ -46,7 +46,7 @@ static inline void task_init(Task* t, GPT2* model, Plan* plan, const TrainArgs* 
     }
     if (!found) { die("--task must be pretrain, sft or rlvr, got '%s'", a->task); }
     if (a->accuracy > 0 && !a->bench && !plan_whole_model(plan)) {
-        printf("note: no exact-match accuracy with --pp or --cp: greedy generation runs the whole model on whole sequences on one rank\n");
+        printf("note: no exact-match accuracy with --pp, --cp or --ep: greedy generation runs the whole model on whole sequences on one rank\n");
     } else if (a->accuracy > 0 && !a->bench) {
         if (model->config.vocab_size == 257) { t->examples = arith_load_examples(a->val_data, t->eot, a->accuracy); }
         if (t->examples.empty()) {

@@ -7,6 +7,32 @@ gradients, per-step losses and gradient norms for `steps` AdamW updates on
 the same batch, and the final parameters. See the usage line below.
 
     /usr/bin/python3 test/reference/gpt2.py --model M.bin --batch B.bin --out R.bin
+    /usr/bin/python3 test/reference/gpt2.py --self-test     (the MoE block against itself, below)
+
+Model files (magic 20240326, 256 int32 header, then the parameters in table order):
+  version 3 (fp32) and 5 (bf16): llm.c's dense GPT-2, header[2..7] = maxT V L NH C Vp.
+  version 10 (MoE, fp32): header[2..7] as above, header[8] = E (experts), header[9] = k (top-k),
+    header[10] = N (block l is an MoE block iff l % N == N - 1), header[11] = capacity factor cf
+    and header[12] = aux coefficient alpha, both float32 bit patterns. Tensors: llm.c's 16, but
+    fcw/fcb/fcprojw/fcprojb hold the Ld = L - L/N dense blocks only, then routerw (Lm, E, C),
+    expfcw (Lm, E, 4C, C), expfcb (Lm, E, 4C), expfcprojw (Lm, E, C, 4C), expfcprojb (Lm, E, C),
+    Lm = L / N; a tensor with no elements is absent. The MoE block (issue 20):
+    softmax router (no bias), top-k by (descending p, then lower expert index), gates p (k = 1)
+    or p renormalised over the top k (k >= 2), capacity ceil(cf T k / E) per sequence with the
+    assignments taken j = 0 for every token in order, then j = 1, ...; dropped assignments add
+    nothing; the Switch auxiliary loss alpha E sum_i f_i P_i per sequence (f: the share of the
+    sequence's assignments routed to i before dropping, a constant; P: the mean probability),
+    averaged over the sequences and summed over the MoE blocks, is added to the loss.
+Batch file (magic 20241121, version 1): header[2..5] = B T steps has_weights, header[8..13] =
+  lr beta1 beta2 eps weight_decay grad_clip (float32 bits); then inputs (B*T int32), targets
+  (B*T int32), and with has_weights the loss weights (B*T float32).
+Output file (magic 20241122, version 1): header[2..6] = B T V steps num_params;
+  header[7] = assignments dropped by the capacity in the first forward (all MoE blocks; 0 for a
+  dense model), header[8] = the first forward's auxiliary loss (float32 bits; 0 when dense),
+  header[9] = the number of MoE blocks Lm (0 when dense). Then float32: initial logits
+  (B*T*V), initial loss (cross-entropy + aux), initial gradients (num_params, in file order),
+  step losses (steps), gradient norms (steps), final parameters (num_params). A dense model's
+  output is byte for byte what it was before the MoE fields existed (the new slots are 0).
 
 Only the standard library, numpy and torch are used.
 """
@@ -39,34 +65,53 @@ def read_header(raw, path, magic, versions):
     return hdr
 
 
-def param_layout(maxT, V, L, NH, C, Vp):
-    """(name, shape, weight_decay?) for every tensor, in file order."""
-    return [
+def param_layout(maxT, V, L, NH, C, Vp, E=0, N=1):
+    """(name, shape, weight_decay?) for every tensor, in file order (tensors with no elements,
+    e.g. the MoE ones of a dense model, are left out). Ld dense blocks hold fc*, Lm MoE blocks
+    the expert tensors; E = 0 is llm.c's table exactly."""
+    Lm = L // N if E > 0 else 0
+    Ld = L - Lm
+    layout = [
         ("wte", (Vp, C), True), ("wpe", (maxT, C), True),
         ("ln1w", (L, C), False), ("ln1b", (L, C), False),
         ("qkvw", (L, 3 * C, C), True), ("qkvb", (L, 3 * C), False),
         ("attprojw", (L, C, C), True), ("attprojb", (L, C), False),
         ("ln2w", (L, C), False), ("ln2b", (L, C), False),
-        ("fcw", (L, 4 * C, C), True), ("fcb", (L, 4 * C), False),
-        ("fcprojw", (L, C, 4 * C), True), ("fcprojb", (L, C), False),
+        ("fcw", (Ld, 4 * C, C), True), ("fcb", (Ld, 4 * C), False),
+        ("fcprojw", (Ld, C, 4 * C), True), ("fcprojb", (Ld, C), False),
         ("lnfw", (C,), False), ("lnfb", (C,), False),
+        ("routerw", (Lm, E, C), True),
+        ("expfcw", (Lm, E, 4 * C, C), True), ("expfcb", (Lm, E, 4 * C), False),
+        ("expfcprojw", (Lm, E, C, 4 * C), True), ("expfcprojb", (Lm, E, C), False),
     ]
+    return [entry for entry in layout if math.prod(entry[1]) > 0]
+
+
+def is_moe_block(cfg, l):
+    E, N = cfg["E"], cfg["N"]
+    return E > 0 and l % N == N - 1
 
 
 def load_model(path, dtype):
     raw = open(path, "rb").read()
-    hdr = read_header(raw, path, MODEL_MAGIC, (3, 5))
+    hdr = read_header(raw, path, MODEL_MAGIC, (3, 5, 10))
     version = int(hdr[1])
     maxT, V, L, NH, C, Vp = (int(x) for x in hdr[2:8])
     if min(maxT, V, L, NH, C) <= 0 or Vp < V or C % NH != 0:
         fail(f"{path}: bad config maxT={maxT} V={V} L={L} NH={NH} C={C} Vp={Vp}")
-    layout = param_layout(maxT, V, L, NH, C, Vp)
+    E, k, N, cf, alpha = 0, 0, 1, 0.0, 0.0
+    if version == 10:
+        E, k, N = (int(x) for x in hdr[8:11])
+        cf, alpha = (float(x) for x in hdr[11:13].view("<f4"))   # float32 bit patterns
+        if E <= 0 or not 1 <= k <= E or N <= 0 or L // N == 0 or not cf > 0 or not alpha >= 0:
+            fail(f"{path}: bad MoE config E={E} k={k} N={N} cf={cf} alpha={alpha} (L={L})")
+    layout = param_layout(maxT, V, L, NH, C, Vp, E, N)
     n = sum(math.prod(shape) for _, shape, _ in layout)
-    elem = 4 if version == 3 else 2
+    elem = 2 if version == 5 else 4
     body = raw[HEADER_INTS * 4:]
     if len(body) < n * elem:
         fail(f"{path}: truncated parameters ({len(body)} bytes, need {n * elem})")
-    if version == 3:
+    if version != 5:
         flat = np.frombuffer(body, dtype="<f4", count=n)
     else:  # bf16: the upper 16 bits of an fp32
         bits = np.frombuffer(body, dtype="<u2", count=n).astype(np.uint32) << 16
@@ -77,7 +122,7 @@ def load_model(path, dtype):
         t = torch.from_numpy(flat[off:off + size].astype(np.float64)).reshape(shape)
         params[name] = torch.nn.Parameter(t.to(dtype))
         off += size
-    cfg = dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp)
+    cfg = dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp, E=E, k=k, N=N, cf=cf, alpha=alpha)
     return cfg, layout, params, n
 
 
@@ -112,11 +157,87 @@ def layernorm(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
 
 
-def forward(p, cfg, inputs):
-    """GPT-2 forward pass; returns logits (B, T, V) over the real vocab."""
+def moe_route(p, k, cap):
+    """The discrete part of the MoE block, from the probabilities p (G, T, E) of G groups
+    (sequences) of T tokens, as numpy (no gradient). Returns
+      e     (G, T, k) int64: each token's k experts, by descending p, ties to the lower index
+      kept  (G, T, k) bool:  whether assignment (t, j) fits the expert's capacity cap; the
+                             assignments of a group are taken j = 0 for t = 0..T-1, then j = 1...
+      count (G, E) int64:    assignments per expert before dropping (the aux loss's f)
+    The order is spelled out (a sort on the key (-p, index)) rather than left to torch.topk,
+    whose order among equal values is not specified."""
+    G, T, E = p.shape
+    e = np.zeros((G, T, k), dtype=np.int64)
+    for g in range(G):
+        for t in range(T):
+            row = [float(x) for x in p[g, t]]
+            e[g, t] = sorted(range(E), key=lambda i: (-row[i], i))[:k]
+    kept = np.zeros((G, T, k), dtype=bool)
+    count = np.zeros((G, E), dtype=np.int64)
+    for g in range(G):
+        used = [0] * E
+        for j in range(k):
+            for t in range(T):
+                i = int(e[g, t, j])
+                count[g, i] += 1
+                if used[i] < cap:
+                    used[i] += 1
+                    kept[g, t, j] = True
+    return e, kept, count
+
+
+def moe_capacity(cfg, T):
+    # as the C++ side computes it: (int)ceil((double)cf * T * k / E)
+    return int(math.ceil(cfg["cf"] * T * cfg["k"] / cfg["E"]))
+
+
+def moe_block(p, cfg, m, x, stats):
+    """MoE block m on x (B, T, C), the ln2 output; returns its output (B, T, C), adds the
+    block's aux loss and dropped assignments to stats."""
+    B, T, C = x.shape
+    E, k = cfg["E"], cfg["k"]
+    xf = x.reshape(B * T, C)
+    probs = (xf @ p["routerw"][m].T).softmax(dim=-1)         # (BT, E), router without bias
+    # routing decisions: discrete, from the probabilities' values, no gradient
+    pn = probs.detach().reshape(B, T, E).numpy()
+    e, kept, count = moe_route(pn, k, moe_capacity(cfg, T))
+    # tokens whose top-k (its set or its order) an exact tie of probabilities decides
+    top = -np.sort(-pn.reshape(B * T, E), axis=1)[:, :k + 1]
+    stats["ties"] += int((top[:, 1:] == top[:, :-1]).any(axis=1).sum())
+    e, kept = e.reshape(B * T, k), kept.reshape(B * T, k)
+    pk = probs.gather(1, torch.from_numpy(e))                # (BT, k), differentiable
+    gates = pk if k == 1 else pk / pk.sum(dim=1, keepdim=True)
+    out = torch.zeros_like(xf)
+    for i in range(E):
+        rows, js = np.nonzero(kept & (e == i))               # each token at most once per expert
+        if len(rows) == 0:
+            continue
+        rows_t = torch.from_numpy(rows)
+        h = xf[rows_t]
+        f = F.gelu(h @ p["expfcw"][m, i].T + p["expfcb"][m, i], approximate="tanh")
+        y = f @ p["expfcprojw"][m, i].T + p["expfcprojb"][m, i]
+        out = out.index_add(0, rows_t, gates[rows_t, torch.from_numpy(js)].unsqueeze(1) * y)
+    # Switch auxiliary loss per sequence: alpha E sum_i f_i P_i, f constant (before dropping)
+    frac = torch.from_numpy(count.astype(np.float64) / (T * k)).to(x.dtype)   # (B, E)
+    P = probs.reshape(B, T, E).mean(dim=1)                                  # (B, E)
+    aux = cfg["alpha"] * E * (frac * P).sum(dim=1).mean()
+    stats["aux"] = stats["aux"] + aux
+    stats["dropped"] += int((~kept).sum())
+    if "routes" in stats:   # the self-test checks that finite differences keep the routing
+        stats["routes"].append((e.copy(), kept.copy()))
+    return out.reshape(B, T, C)
+
+
+def forward(p, cfg, inputs, stats=None):
+    """GPT-2 forward pass; returns logits (B, T, V) over the real vocab. With an MoE model,
+    stats (a dict, when given) gets "aux" (the auxiliary loss, a tensor with its graph) and
+    "dropped" (assignments over capacity, all MoE blocks)."""
     B, T = inputs.shape
     C, NH, V = cfg["C"], cfg["NH"], cfg["V"]
     hs = C // NH
+    if stats is None:
+        stats = {}
+    stats["aux"], stats["dropped"], stats["ties"] = torch.zeros(()), 0, 0
     x = p["wte"][inputs] + p["wpe"][:T]                      # (B, T, C)
     causal = torch.ones(T, T, dtype=torch.bool).tril()      # True = may attend
     for l in range(cfg["L"]):
@@ -130,10 +251,14 @@ def forward(p, cfg, inputs):
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)       # heads concatenated
         x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
-        # --- MLP block ---
+        # --- MLP block (dense), or the MoE block ---
         h = layernorm(x, p["ln2w"][l], p["ln2b"][l])
-        f = F.gelu(h @ p["fcw"][l].T + p["fcb"][l], approximate="tanh")
-        x = x + f @ p["fcprojw"][l].T + p["fcprojb"][l]
+        if is_moe_block(cfg, l):
+            x = x + moe_block(p, cfg, l // cfg["N"], h, stats)
+        else:
+            d = l - (l // cfg["N"] if cfg["E"] > 0 else 0)   # dense block index: MoE blocks skipped
+            f = F.gelu(h @ p["fcw"][d].T + p["fcb"][d], approximate="tanh")
+            x = x + f @ p["fcprojw"][d].T + p["fcprojb"][d]
     x = layernorm(x, p["lnfw"], p["lnfb"])
     return x @ p["wte"][:V].T                                # tied, no bias
 
@@ -147,13 +272,230 @@ def loss_fn(logits, targets, weights):
     return (w * ce).sum() / (w != 0).sum()
 
 
+def model_loss(p, cfg, inputs, targets, weights, stats):
+    """The training loss: cross-entropy, plus the auxiliary loss for an MoE model."""
+    loss = loss_fn(forward(p, cfg, inputs, stats), targets, weights)
+    if cfg["E"] > 0:
+        loss = loss + stats["aux"]
+    return loss
+
+
+def write_test_model(path, cfg, seed, version=10):
+    """A small model file with random weights (numpy only), for the self-test."""
+    rng = np.random.default_rng(seed)
+    layout = param_layout(cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"], cfg["E"], cfg["N"])
+    hdr = np.zeros(HEADER_INTS, dtype="<i4")
+    hdr[:8] = [MODEL_MAGIC, version, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"]]
+    if version == 10:
+        hdr[8:11] = [cfg["E"], cfg["k"], cfg["N"]]
+        hdr[11:13] = np.array([cfg["cf"], cfg["alpha"]], dtype="<f4").view("<i4")
+    tensors = {}
+    for name, shape, _ in layout:
+        if name.startswith("ln"):
+            t = (1.0 if name.endswith("w") else 0.0) + 0.1 * rng.standard_normal(shape)
+        elif name == "routerw":
+            t = 0.5 * rng.standard_normal(shape)      # large enough for uneven routing
+        else:
+            t = 0.2 * rng.standard_normal(shape)
+        tensors[name] = t.astype("<f4")
+    with open(path, "wb") as f:
+        f.write(hdr.tobytes())
+        for name, _, _ in layout:
+            f.write(tensors[name].tobytes())
+    return tensors
+
+
+def moe_block_by_token(p, cfg, m, x):
+    """The MoE block one token and one assignment at a time, straight from the rules (no
+    gradient; for the self-test): returns out (B, T, C), the aux loss, the dropped count."""
+    B, T, C = x.shape
+    E, k = cfg["E"], cfg["k"]
+    cap = moe_capacity(cfg, T)
+    out = torch.zeros(B, T, C)
+    aux, dropped = 0.0, 0
+    for b in range(B):
+        probs, chosen, gates = [], [], []
+        for t in range(T):
+            pt = torch.softmax(p["routerw"][m] @ x[b, t], dim=0)
+            order = sorted(range(E), key=lambda i: (-float(pt[i]), i))[:k]
+            top = [float(pt[i]) for i in order]
+            probs.append(pt)
+            chosen.append(order)
+            gates.append(top if k == 1 else [v / sum(top) for v in top])
+        used, assigned = [0] * E, [0] * E
+        for j in range(k):
+            for t in range(T):
+                i = chosen[t][j]
+                assigned[i] += 1
+                if used[i] == cap:
+                    dropped += 1
+                    continue
+                used[i] += 1
+                h = F.gelu(p["expfcw"][m, i] @ x[b, t] + p["expfcb"][m, i], approximate="tanh")
+                out[b, t] += gates[t][j] * (p["expfcprojw"][m, i] @ h + p["expfcprojb"][m, i])
+        P = torch.stack(probs).mean(dim=0)
+        aux += cfg["alpha"] * E * sum(assigned[i] / (T * k) * float(P[i]) for i in range(E)) / B
+    return out, aux, dropped
+
+
+def self_test():
+    """The MoE block on its own, in float64: the routing rules on a hand-made example, the
+    file reader, the dropping arithmetic, an E = 1 model against the dense model with the same
+    weights, and the gradients of the aux loss and of the whole loss (router included) against
+    central finite differences. Returns the exit status."""
+    import tempfile
+    torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float64)
+    failures = []
+
+    def check(ok, what):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what}")
+        if not ok:
+            failures.append(what)
+
+    print("gpt2.py --self-test: the MoE block (float64)")
+    # 1. routing by hand: ties go to the lower index; capacity 1; j = 0 for every token first
+    probs = np.array([[[0.1, 0.4, 0.4, 0.1], [0.25, 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]]], dtype=np.float32)
+    e, kept, count = moe_route(probs, 2, 1)
+    check(e[0].tolist() == [[1, 2], [0, 1], [3, 2]], f"top-2 order with ties -> lower index first: {e[0].tolist()}")
+    check(kept[0].tolist() == [[True, True], [True, False], [True, False]],
+          f"capacity 1, j = 0 for all tokens before j = 1: kept {kept[0].tolist()}")
+    check(count[0].tolist() == [1, 2, 2, 1], f"assignments per expert before dropping: {count[0].tolist()}")
+    e, kept, count = moe_route(probs, 1, 2)
+    check(e[0, :, 0].tolist() == [1, 0, 3] and kept.all(), "top-1, capacity 2: nothing dropped")
+    # priority: (t0, j1) and (t1, j0) both go to expert 1; j = 0 first means t1 keeps its slot
+    e, kept, count = moe_route(np.array([[[0.5, 0.3, 0.2], [0.2, 0.7, 0.1]]], dtype=np.float32), 2, 1)
+    check(kept[0].tolist() == [[True, False], [True, False]],
+          f"capacity 1: (t1, j0) before (t0, j1) on the same expert: kept {kept[0].tolist()}")
+    check(moe_capacity(dict(cf=np.float32(1.25).item(), k=2, E=8), 32) == 10 and
+          moe_capacity(dict(cf=0.5, k=2, E=4), 32) == 8 and moe_capacity(dict(cf=1.0, k=1, E=3), 7) == 3,
+          "capacity ceil(cf T k / E): 10, 8, 3")
+
+    base = dict(maxT=8, V=11, Vp=16, NH=2, C=8)
+    cases = [
+        ("E 4, k 2, every block, cf 0.5 (drops)", dict(base, L=2, E=4, k=2, N=1, cf=0.5, alpha=0.1), True),
+        ("E 3, k 1, every 2nd of 3 blocks, cf 3 (capacity T: no drops)", dict(base, L=3, E=3, k=1, N=2, cf=3.0, alpha=0.3), False),
+        ("E 4, k 3, every 2nd of 4 blocks, cf 0.75", dict(base, L=4, E=4, k=3, N=2, cf=0.75, alpha=0.2), True),
+    ]
+    B, T = 3, 6
+    rng = np.random.default_rng(5)
+    inputs = torch.from_numpy(rng.integers(0, base["V"], (B, T)))
+    targets = torch.from_numpy(rng.integers(0, base["V"], (B, T)))
+    with tempfile.TemporaryDirectory() as tmp:
+        for ci, (label, cfg_in, must_drop) in enumerate(cases):
+            print(f" [{label}]")
+            path = os.path.join(tmp, f"moe{ci}.bin")
+            write_test_model(path, cfg_in, seed=10 + ci)
+            cfg, layout, params, n = load_model(path, torch.float64)
+            Lm = cfg["L"] // cfg["N"]
+            check(cfg["E"] == cfg_in["E"] and cfg["k"] == cfg_in["k"] and cfg["N"] == cfg_in["N"] and
+                  cfg["cf"] == cfg_in["cf"] and cfg["alpha"] == np.float32(cfg_in["alpha"]).item() and
+                  len(layout) == (21 if Lm < cfg["L"] else 17) and params["routerw"].shape[0] == Lm,
+                  f"version 10 header and layout: {len(layout)} tensors, {n} parameters, Lm {Lm}")
+            stats = {"routes": []}
+            loss = model_loss(params, cfg, inputs, targets, None, stats)
+            routes = stats["routes"]
+            cap = moe_capacity(cfg, T)
+            # dropped = sum over groups and experts of max(0, assigned - cap)
+            expect = 0
+            for e, kept in routes:
+                for g in range(B):
+                    c = np.bincount(e.reshape(B, T, -1)[g].reshape(-1), minlength=cfg["E"])
+                    expect += int(np.maximum(c - cap, 0).sum())
+            check(stats["dropped"] == expect and (stats["dropped"] > 0) == must_drop,
+                  f"dropped {stats['dropped']} assignments (capacity {cap}): the excess over capacity is {expect}")
+            # the vectorised block against a token-by-token transcription of the rules
+            with torch.no_grad():
+                x = torch.randn(B, T, cfg["C"], generator=torch.Generator().manual_seed(ci))
+                for m in range(Lm):
+                    st = {"aux": torch.zeros(()), "dropped": 0, "ties": 0}
+                    out = moe_block(params, cfg, m, x, st)
+                    out_ref, aux_ref, dropped_ref = moe_block_by_token(params, cfg, m, x)
+                    diff = float((out - out_ref).abs().max())
+                    check(diff < 1e-12 and abs(float(st["aux"]) - aux_ref) < 1e-12 and st["dropped"] == dropped_ref,
+                          f"MoE block {m} = the token-by-token version: out max diff {diff:.1e}, aux "
+                          f"{float(st['aux']):.6f} vs {aux_ref:.6f}, dropped {st['dropped']} vs {dropped_ref}")
+            aux = stats["aux"]
+            params_list = [params[name] for name, _, _ in layout]
+            grads_aux = torch.autograd.grad(aux, [params["routerw"], params["ln2w"], params["qkvw"]],
+                                            retain_graph=True)
+            grads = dict(zip([name for name, _, _ in layout], torch.autograd.grad(loss, params_list)))
+
+            def value(which):
+                st = {"routes": []}
+                with torch.no_grad():
+                    lo = model_loss(params, cfg, inputs, targets, None, st)
+                same = all((a[0] == b[0]).all() and (a[1] == b[1]).all() for a, b in zip(st["routes"], routes))
+                return float(st["aux"] if which == "aux" else lo), same
+
+            def fd_check(which, name, grad, idxs, h=1e-6):
+                worst, scale, same_all = 0.0, float(grad.abs().max()), True
+                flat, gflat = params[name].data.view(-1), grad.reshape(-1)
+                for i in idxs:
+                    old = float(flat[i])
+                    flat[i] = old + h
+                    up, same1 = value(which)
+                    flat[i] = old - h
+                    down, same2 = value(which)
+                    flat[i] = old
+                    same_all &= same1 and same2
+                    worst = max(worst, abs((up - down) / (2 * h) - float(gflat[i])))
+                rel = worst / scale if scale > 0 else worst
+                check(rel < 1e-6 and scale > 0 and same_all,
+                      f"d{which}/d{name:<10} {len(idxs):4d} elements vs finite differences: max err {worst:.2e} "
+                      f"(rel {rel:.1e} of max |g| {scale:.2e}){'' if same_all else ' ROUTING CHANGED'}")
+
+            for name, grad in zip(("routerw", "ln2w", "qkvw"), grads_aux):
+                numel = grad.numel()
+                idxs = range(numel) if numel <= 256 else rng.choice(numel, 64, replace=False)
+                fd_check("aux", name, grad, idxs)
+            for name, _, _ in layout:
+                numel = params[name].numel()
+                idxs = range(numel) if name == "routerw" else rng.choice(numel, min(numel, 24), replace=False)
+                fd_check("loss", name, grads[name], idxs)
+
+        # 4. E = 1, k = 1, capacity for every token: the MoE model is the dense model (aux = alpha)
+        print(" [E 1: the dense model with the expert's weights]")
+        cfg1 = dict(base, L=2, E=1, k=1, N=1, cf=1.0, alpha=0.25)
+        t1 = write_test_model(os.path.join(tmp, "e1.bin"), cfg1, seed=3)
+        dense_cfg = dict(base, L=2, E=0, k=0, N=1, cf=0.0, alpha=0.0)
+        td = {name: t1[name] for name, _, _ in param_layout(8, 11, 2, 2, 8, 16)
+              if name not in ("fcw", "fcb", "fcprojw", "fcprojb")}
+        td.update(fcw=t1["expfcw"][:, 0], fcb=t1["expfcb"][:, 0], fcprojw=t1["expfcprojw"][:, 0],
+                  fcprojb=t1["expfcprojb"][:, 0])
+        hdr = np.zeros(HEADER_INTS, dtype="<i4")
+        hdr[:8] = [MODEL_MAGIC, 3, 8, 11, 2, 2, 8, 16]
+        with open(os.path.join(tmp, "dense.bin"), "wb") as f:
+            f.write(hdr.tobytes())
+            for name, _, _ in param_layout(8, 11, 2, 2, 8, 16):
+                f.write(np.ascontiguousarray(td[name], dtype="<f4").tobytes())
+        cfg_m, _, p_m, _ = load_model(os.path.join(tmp, "e1.bin"), torch.float64)
+        cfg_d, layout_d, p_d, _ = load_model(os.path.join(tmp, "dense.bin"), torch.float64)
+        st_m, st_d = {}, {}
+        lm, ld = forward(p_m, cfg_m, inputs, st_m), forward(p_d, cfg_d, inputs, st_d)
+        check(len(layout_d) == 16 and cfg_d["E"] == 0, "a version 3 file reads as llm.c's 16 tensors")
+        check(float((lm - ld).abs().max()) < 1e-12 and st_m["dropped"] == 0 and
+              abs(float(st_m["aux"]) - 2 * cfg_m["alpha"]) < 1e-12,
+              f"E 1 logits = dense logits (max diff {float((lm - ld).abs().max()):.1e}), "
+              f"aux = alpha per block ({float(st_m['aux']):.6f})")
+    print(f"gpt2.py --self-test: {'FAILED: ' + '; '.join(failures) if failures else 'passed'}")
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description="GPT-2 PyTorch reference (llm.c format)")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--batch", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--batch")
+    ap.add_argument("--out")
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the MoE block (routing rules, gradients against finite differences) and exit")
     args = ap.parse_args()
+    if args.self_test:
+        sys.exit(self_test())
+    if not (args.model and args.batch and args.out):
+        ap.error("--model, --batch and --out are required (or --self-test)")
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -176,13 +518,22 @@ def main():
     def as_f32(t):
         return t.detach().to(torch.float32).reshape(-1).numpy()
 
+    def grad_of(n):   # a tensor no token reached (an expert with nothing routed) has gradient 0
+        if params[n].grad is None:
+            params[n].grad = torch.zeros_like(params[n])
+        return params[n].grad
+
     # Initial logits, loss and gradients (this is also step 0 of the loop).
-    logits0 = forward(params, cfg, inputs)
+    stats0 = {}
+    logits0 = forward(params, cfg, inputs, stats0)
     loss0 = loss_fn(logits0, targets, weights)
+    if cfg["E"] > 0:
+        loss0 = loss0 + stats0["aux"]
     loss0.backward()
     init_logits = as_f32(logits0)
     init_loss = float(loss0)
-    init_grads = np.concatenate([as_f32(params[n].grad) for n in names])
+    init_aux, init_dropped = float(stats0["aux"]), stats0["dropped"]
+    init_grads = np.concatenate([as_f32(grad_of(n)) for n in names])
     assert not params["wte"].grad[cfg["V"]:].any(), "padded wte rows got gradient"
 
     # AdamW state
@@ -194,14 +545,14 @@ def main():
         if step > 1:  # step 1 reuses the forward/backward done above
             for n in names:
                 params[n].grad = None
-            loss = loss_fn(forward(params, cfg, inputs), targets, weights)
+            loss = model_loss(params, cfg, inputs, targets, weights, {})
             loss.backward()
         else:
             loss = loss0
         step_losses.append(float(loss))
         with torch.no_grad():
             # global L2 norm of all gradients, then clipping (no epsilon)
-            norm = math.sqrt(sum(float((params[n].grad ** 2).sum()) for n in names))
+            norm = math.sqrt(sum(float((grad_of(n) ** 2).sum()) for n in names))
             grad_norms.append(norm)
             scale = 1.0
             if opt["grad_clip"] > 0 and norm > opt["grad_clip"]:
@@ -220,6 +571,10 @@ def main():
 
     hdr = np.zeros(HEADER_INTS, dtype="<i4")
     hdr[:7] = [OUT_MAGIC, 1, B, T, cfg["V"], steps, num_params]
+    # MoE (0 for a dense model): dropped assignments and aux loss of the first forward, Lm
+    hdr[7] = init_dropped
+    hdr[8:9] = np.array([init_aux], dtype="<f4").view("<i4")
+    hdr[9] = cfg["L"] // cfg["N"] if cfg["E"] > 0 else 0
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:
         f.write(hdr.tobytes())
@@ -230,6 +585,11 @@ def main():
 
     print(f"gpt2.py [{args.dtype}] B={B} T={T} V={cfg['V']} L={cfg['L']} C={cfg['C']} "
           f"params={num_params} weights={'yes' if weights is not None else 'no'}")
+    if cfg["E"] > 0:
+        print(f"  MoE E={cfg['E']} k={cfg['k']} every={cfg['N']} cf={cfg['cf']:g} alpha={cfg['alpha']:g}: "
+              f"capacity {moe_capacity(cfg, T)} per sequence, {init_dropped} of "
+              f"{B * T * cfg['k'] * (cfg['L'] // cfg['N'])} assignments dropped, aux loss {init_aux:.6f}, "
+              f"{stats0['ties']} token routings decided by an exact tie")
     print(f"  initial loss {init_loss:.6f}")
     print("  step losses " + " ".join(f"{x:.4f}" for x in step_losses))
     print("  grad norms  " + " ".join(f"{x:.4f}" for x in grad_norms))
