@@ -4,7 +4,9 @@
 // communication thread, llmc/parallel/dp.h), track 2 the tensor-parallel collectives (run by the
 // main thread, llmc/parallel/tp.h: they never overlap compute), track 3 the pipeline's sends and
 // receives (llmc/parallel/pp.h; its F/B/W actions are on track 0, so each rank's compute track is
-// its stage's row of the schedule's timeline). Where the bars of tracks 0 and 1 overlap in time,
+// its stage's row of the schedule's timeline), track 4 context parallelism's exchanges
+// (llmc/parallel/cp_core.h), track 5 expert parallelism's all-to-alls (llmc/parallel/ep.h).
+// Where the bars of tracks 0 and 1 overlap in time,
 // communication is hidden behind compute.
 //
 // Each rank records into memory; at the end rank 0 collects every rank's events and writes one
@@ -30,8 +32,9 @@ typedef struct {
 } Trace;
 
 static Trace g_trace;
-static const char* TRACE_TRACK_NAMES[4] = {"compute", "communication", "tensor-parallel communication",
-                                          "pipeline sends and receives"};
+static const char* TRACE_TRACK_NAMES[6] = {"compute", "communication", "tensor-parallel communication",
+                                          "pipeline sends and receives", "context-parallel exchanges",
+                                          "expert-parallel all-to-all"};
 
 static inline void trace_start(void) {
     g_trace.enabled = 1;
@@ -52,7 +55,7 @@ static inline void trace_event(const char* name, int track, double start) {
 static inline std::string trace_json_events(int rank) {
     std::string out;
     char buf[512];
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < 6; t++) {
         snprintf(buf, sizeof(buf), "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
                  rank, t, TRACE_TRACK_NAMES[t]);
         out += buf;

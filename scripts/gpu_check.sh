@@ -14,7 +14,7 @@
 #      the mean tok/s and MFU of steps 2..20; on an H100 the target is MFU >= 40% (MFU_TARGET)
 #   7. tensor, sequence, pipeline and context parallelism on this machine's GPUs (only where MPI
 #      is installed: the MPI trainer, bf16 and fp32, built into $LOG/mpi/, then test/test_emu_tp.sh's,
-#      test_emu_pp.sh's and test_emu_cp.sh's runs on the real device: NCCL between ranks on different GPUs,
+#      test_emu_pp.sh's, test_emu_cp.sh's and test_emu_moe.sh's runs on the real device: NCCL between ranks on different GPUs,
 #      the host-staged wire when they share one)
 # Exit status 0 only when every check passed. Needs no MPI (builds with NO_MPI=1). Without a GPU
 # it says so and exits 1. Record the figures with the device and date in doc/gpu-results.md.
@@ -163,6 +163,11 @@ if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
             row "context parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/cp.log") checks, see $LOG/cp.log"
         else
             row "context parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/cp.log"
+        fi
+        if EMU_BIN_DIR="$LOG/mpi" run ep bash test/test_emu_moe.sh; then
+            row "expert parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/ep.log") checks, see $LOG/ep.log"
+        else
+            row "expert parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/ep.log"
         fi
     else
         row "build train_gpt2cu with MPI (bf16, fp32)" "FAIL" "see $LOG/build_mpi_*.log"

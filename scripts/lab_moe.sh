@@ -20,7 +20,7 @@
 # The table goes to stdout and, as markdown, to $OUT/table.md; the CSV and the plot beside it;
 # every run's output in $OUT/. Runs go two at a time (one thread each) on the 2 cores.
 #
-# About 3 minutes on 2 busy CPU cores. Exact match on the sums arrives only after ~600-800 steps
+# About 4 minutes on 2 CPU cores shared with other jobs (238 s at load average 6.6; 152 s of CPU). Exact match on the sums arrives only after ~600-800 steps
 # of the default job (doc/training-tasks.md), so part (c)'s accuracy at the lab's 200 steps is
 # near 0 for both models: C_STEPS=800 bash scripts/lab_moe.sh for the comparison that matters
 # (doc/expert-parallel.md has it, ~10 min).

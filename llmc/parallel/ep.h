@@ -56,11 +56,20 @@ typedef struct {
     float *m, *v, *master;
     size_t bytes_state;
     GPT2Hooks hooks;
+    BackendEvent ready;     // the compute stream's work so far, for the communicators' streams to wait on
     uint64_t step_start, edp_start;
     double seconds;
 } ExpertParallel;
 
 // ---- the exchange (llmc/moe.h's MoEExchange)
+
+// The rows were written by kernels on the compute stream; the communicator's stream reads them:
+// it waits for an event recorded after them (as context parallelism's exchanges do, cp_core.h).
+// Each collective returns with its stream synchronised, so the results are in place after it.
+static inline void ep_comm_ready(ExpertParallel* ep, Comm* c) {
+    backend_event_record(ep->ready);
+    comm_wait_event(c, ep->ready);
+}
 
 static inline void ep_counts(void* ctx, const int* send, int* recv, int El) {
     ExpertParallel* ep = (ExpertParallel*)ctx;   // a few ints: the native call, not counted
@@ -70,6 +79,7 @@ static inline void ep_rows(void* ctx, const floatX* send, const size_t* sendcoun
                            const size_t* recvcounts, const size_t* rdispls) {
     ExpertParallel* ep = (ExpertParallel*)ctx;
     double t0 = trace_now();
+    ep_comm_ready(ep, &ep->comm);
     if (ep->use_ring) { alltoallv_pairwise(&ep->comm, send, sendcounts, sdispls, recv, recvcounts, rdispls, COMM_FLOATX); }
     else { alltoallv_native(&ep->comm, send, sendcounts, sdispls, recv, recvcounts, rdispls, COMM_FLOATX); }
     ep->seconds += trace_now() - t0;
@@ -113,6 +123,7 @@ static inline void ep_reduce(void* ctx) {
     ExpertParallel* ep = (ExpertParallel*)ctx;
     Comm* group = &ep->edp;   // the replicas of this rank's experts (all dp ranks would mix different experts)
     if (group->size > 1) {
+        ep_comm_ready(ep, group);
         if (ep->use_ring) { allreduce_ring(group, ep->grads, ep->grads, ep->count, COMM_FLOATX, COMM_AVG); }
         else { allreduce_native(group, ep->grads, ep->grads, ep->count, COMM_FLOATX, COMM_AVG); }
     }
@@ -145,6 +156,7 @@ static inline void ep_init(ExpertParallel* ep, GPT2* model, Comm* dp_comm, DataP
     comm_enable_device(&ep->comm, 0, 0);   // device rows, on the compute thread (a blocking stream, as tp's)
     comm_enable_device(&ep->edp, 0, 0);
 #endif
+    ep->ready = backend_event_create();
     ep->xch = MoEExchange{ep, n, ep->rank, ep_counts, ep_rows};
     model->ops.mlp.ctx = ep;
     model->ops.mlp.forward = ep_mlp_forward;
@@ -188,6 +200,7 @@ static inline void ep_step_begin(ExpertParallel* ep) {
 }
 
 static inline void ep_free(ExpertParallel* ep) {
+    backend_event_destroy(ep->ready);
     device_free(ep->grads);
     device_free(ep->m);
     device_free(ep->v);
