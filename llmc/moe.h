@@ -95,6 +95,7 @@ typedef struct MoE {
     int micro_n;                     // micro-batches of the step (the aux gradient's share)
     // statistics of the step (this rank's tokens)
     std::vector<long> step_expert;   // E: kept pairs per expert
+    std::vector<long> step_block_expert;   // blocks x E: the same per MoE block (a collapse in one block shows)
     long step_dropped, step_pairs;
     std::vector<double> step_exchange;   // rows sent to other ranks, per exchange (formula input)
     uint64_t step_rows_remote;       // rows sent to other ep ranks (all four exchanges)
@@ -199,6 +200,7 @@ static inline MoE* moe_create(const GPT2Config* c, const GPT2Place* p) {
     for (int li = 0; li < gpt2_place_num_layers(p); li++) { m->blocks += gpt2_layer_is_moe(c, gpt2_place_layer(p, li)); }
     m->micro_n = 1;
     m->step_expert.assign(m->E, 0);
+    m->step_block_expert.assign((size_t)m->blocks * m->E, 0);
     m->step_dropped = m->step_pairs = 0;
     m->step_rows_remote = 0;
     m->step_aux = 0.0;
@@ -227,6 +229,7 @@ static inline void moe_free(MoE* m) {
 // start of an optimizer step: the statistics count from zero
 static inline void moe_step_begin(MoE* m) {
     std::fill(m->step_expert.begin(), m->step_expert.end(), 0);
+    std::fill(m->step_block_expert.begin(), m->step_block_expert.end(), 0);
     m->step_dropped = m->step_pairs = 0;
     m->step_rows_remote = 0;
     m->step_aux = 0.0;
@@ -411,8 +414,9 @@ static inline void moe_forward(GPT2* model, const OpAt* at, floatX* out, const f
     copy_host_to_device(r->send_rows_d, r->send_rows.data(), r->send_rows.size() * sizeof(int));
     copy_host_to_device(r->aux_grad_d, r->aux_grad.data(), r->aux_grad.size() * sizeof(float));
     if (training) {   // statistics of the step
+        long* block = &m->step_block_expert[(size_t)moe_block_index(model, at->layer) * E];
         for (int pair = 0; pair < N * k; pair++) {
-            if (r->slot[pair] >= 0) { m->step_expert[r->topk[pair]]++; } else { m->step_dropped++; }
+            if (r->slot[pair] >= 0) { m->step_expert[r->topk[pair]]++; block[r->topk[pair]]++; } else { m->step_dropped++; }
         }
         m->step_pairs += (long)N * k;
         m->step_aux += r->aux / B;
@@ -521,7 +525,7 @@ static inline size_t moe_dropped(const MoE* m, int slot) {
 static inline void moe_print_plan(const GPT2* model) {
     const GPT2Config* c = &model->config;
     const MoE* m = model->moe;
-    printf("moe          %d experts, top-%d%s, every %d-th block (blocks", c->num_experts, c->moe_topk,
+    printf("moe          %d experts, top-%d%s, in 1 of every %d blocks (blocks", c->num_experts, c->moe_topk,
            c->moe_topk == 1 ? " (Switch: gate = p)" : " (gates renormalised)", c->moe_every);
     for (int l = 0; l < c->num_layers; l++) { if (gpt2_layer_is_moe(c, l)) { printf(" %d", l); } }
     int T = model->max_T;

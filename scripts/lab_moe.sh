@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # flag strings ($MOE_A, $QUIET, ...) are split into words on purpose
 # Lab: mixture of experts and expert parallelism (llmc/moe.h, llmc/parallel/ep.h,
 # doc/expert-parallel.md). Four parts, every figure read from the trainer's own lines:
 #   (a) tokens per expert over training with and without the load-balancing loss (--moe-aux 0.01

@@ -4,8 +4,9 @@
 #   - equivalence: 20 steps whose losses, gradient norms and final parameters (the checkpoint
 #     each run writes, every tensor, experts and router included) match one rank within 1e-5
 #     relative (test/compare_runs.py): ep 2 and 4 with E = 4 and 8, k = 1 and 2, all with tokens
-#     dropped (capacity factor 1.0); dp 4 with ep 2; ep 2 x tp 2; ep 2 with ZeRO-1 and ZeRO-2 over
-#     the dense part and 2 micro-steps; ep 1 (experts replicated, plain data parallelism);
+#     dropped (capacity factor 1.0); dp 4 with ep 2; ep 2 x tp 2; ep 2 with ZeRO-1, ZeRO-2 (2
+#     micro-steps), ZeRO-2 + offload, naive and the parameter server for the dense part; ep 1
+#     (experts replicated: plain data parallelism, also with ZeRO-3); tp 2 alone;
 #   - in every such run: every step's counted all-to-all bytes equal the formula from the measured
 #     routing, the edp all-reduce's bytes equal its formula, the dense/expert parameter split
 #     equals its formula, the data-parallel memory table (and tp's) equal theirs, and the tokens
@@ -99,7 +100,10 @@ check 4 e4k2 "ep 2 x tp 2" $E4K2 --ep 2 --tp 2
 check 4 e4k2 "dp 4 ep 2, ZeRO-1 over the dense part" $E4K2 --ep 2 --zero 1 --bucket-mb 0.1
 check 4 e4k2acc "dp 4 ep 2, ZeRO-2, 2 micro-steps" $E4K2 --ep 2 --zero 2 --grad-accum 2
 check 2 e4k2 "ep 2, naive all-reduce of the dense part" $E4K2 --ep 2 --dp-mode naive
+check 2 e4k2 "ep 2, parameter server for the dense part" $E4K2 --ep 2 --dp-mode ps --ps-servers 1
+check 2 e4k2 "ep 2, ZeRO-2 + offload of the dense part" $E4K2 --ep 2 --zero 2 --offload
 check 2 e4k2 "ep 1 (dp 2, experts replicated)" $E4K2
+check 2 e4k2 "ep 1, ZeRO-3 (experts sharded as dense tensors)" $E4K2 --zero 3
 check 2 e4k2 "tp 2 (experts split inside)" $E4K2 --tp 2
 
 # --- the file: the ep 2 run's checkpoint (version 10) on one rank: the same validation loss

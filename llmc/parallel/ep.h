@@ -19,11 +19,12 @@
 //   6. combine, part 2: out[t] = sum_j g_tj y_tj on the token's own rank
 //
 // Bytes per MoE block and micro-batch that a rank sends (a = bytes per element, C channels):
-//   4 a C (rows it dispatches to other ranks + rows other ranks dispatched to it)
-// (dispatch and return in the forward, the same two with gradients in the backward). With
-// balanced routing and no drops a rank dispatches k B T (ep-1)/ep of its rows away and receives as
-// many: 8 a C k B T (ep-1)/ep. The trainer prints the exact figure from the measured routing
-// beside the bytes counted, and the balanced estimate.
+//   2 a C (rows it dispatches to other ranks + rows other ranks dispatched to it)
+// (four exchanges: in the forward its own rows out and the others' rows back, in the backward
+// the same two with gradients). With balanced routing and no drops a rank dispatches
+// k B T (ep-1)/ep of its rows away and receives as many: 4 a C k B T (ep-1)/ep. The trainer
+// prints the exact figure from the measured routing beside the bytes counted, and the balanced
+// estimate.
 //
 // Gradients. A dense weight's gradient is averaged over dp as before. An expert's weights live on
 // dp/ep ranks (its edp group), and its gradient on each of them already sums over the tokens of a
@@ -239,7 +240,7 @@ static inline void ep_report_step(const ExpertParallel* ep) {
     // balanced routing, nothing dropped: every pair leaves with probability (ep-1)/ep, 4 exchanges
     double balanced = 4.0 * a * C * (double)m->moe->step_pairs * (ep->ep - 1) / ep->ep;
     if (ep->use_ring) {
-        printf("  ep comm | all-to-all sent %9.3f MiB (formula 4 a C x rows to and from other ranks %9.3f MiB, %s; balanced "
+        printf("  ep comm | all-to-all sent %9.3f MiB (formula 2 a C (rows out + rows in) %9.3f MiB, %s; balanced "
                "%9.3f MiB) | edp all-reduce %9.3f MiB (formula %9.3f MiB, %s) | %.1f ms\n", sent / 1048576.0, want / 1048576.0,
                sent == want ? "equal" : "DIFFERENT", balanced / 1048576.0, edp_sent / 1048576.0, edp_want / 1048576.0,
                edp_sent == edp_want ? "equal" : "DIFFERENT", ep->seconds * 1e3);
@@ -253,18 +254,27 @@ static inline void ep_report_step(const ExpertParallel* ep) {
 // data-parallel ranks `comm` (MPI_COMM_NULL: this rank's), and the aux loss (their mean).
 static inline void moe_report_step(const GPT2* model, MPI_Comm comm) {
     const MoE* m = model->moe;
-    std::vector<long> tokens(m->step_expert);
+    std::vector<long> tokens(m->step_expert), blocks(m->step_block_expert);
     long counts[2] = {m->step_dropped, m->step_pairs};
     double aux = m->step_aux / m->micro_n;
     int ranks = 1;
     if (comm != MPI_COMM_NULL) {
         MPI_Allreduce(MPI_IN_PLACE, tokens.data(), (int)tokens.size(), MPI_LONG, MPI_SUM, comm);
+        MPI_Allreduce(MPI_IN_PLACE, blocks.data(), (int)blocks.size(), MPI_LONG, MPI_SUM, comm);
         MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_LONG, MPI_SUM, comm);
         MPI_Allreduce(MPI_IN_PLACE, &aux, 1, MPI_DOUBLE, MPI_SUM, comm);
         MPI_Comm_size(comm, &ranks);
     }
     printf("      moe | tokens per expert [");
     for (size_t e = 0; e < tokens.size(); e++) { printf("%s%ld", e ? " " : "", tokens[e]); }
-    printf("] | dropped %ld of %ld pairs (%.1f%%) | aux loss %.6f\n", counts[0], counts[1],
-           counts[1] ? 100.0 * counts[0] / counts[1] : 0.0, aux / ranks);
+    // load imbalance: the busiest expert's share against the mean, of all blocks and of the worst block
+    auto imbalance = [](const long* t, int E) {
+        long mx = 0, sum = 0;
+        for (int e = 0; e < E; e++) { mx = std::max(mx, t[e]); sum += t[e]; }
+        return sum ? (double)mx * E / sum : 0.0;
+    };
+    double worst = 0.0;
+    for (int b = 0; b < m->blocks; b++) { worst = std::max(worst, imbalance(&blocks[(size_t)b * m->E], m->E)); }
+    printf("] | max/mean %.2f (worst block %.2f) | dropped %ld of %ld pairs (%.1f%%) | aux loss %.6f\n",
+           imbalance(tokens.data(), m->E), worst, counts[0], counts[1], counts[1] ? 100.0 * counts[0] / counts[1] : 0.0, aux / ranks);
 }
