@@ -291,7 +291,7 @@ finish
 if [ "$EP4" = 1 ]; then launch d-dp4ep2 4 $MOE_D --ep 2; finish; fi
 # ep_lines RUN: "counted formula balanced edp edp_formula" per step (MiB)
 ep_lines() {
-    sed -n 's/^  ep comm | all-to-all sent *\([0-9.]*\) MiB (formula 4 a C x rows to and from other ranks *\([0-9.]*\) MiB, \([a-zA-Z]*\); balanced *\([0-9.]*\) MiB) | edp all-reduce *\([0-9.]*\) MiB (formula *\([0-9.]*\) MiB.*/\1 \2 \3 \4 \5 \6/p' "$OUT/$1.out"
+    sed -n 's/^  ep comm | all-to-all sent *\([0-9.]*\) MiB (formula 2 a C (rows out + rows in) *\([0-9.]*\) MiB, \([a-zA-Z]*\); balanced *\([0-9.]*\) MiB) | edp all-reduce *\([0-9.]*\) MiB (formula *\([0-9.]*\) MiB.*/\1 \2 \3 \4 \5 \6/p' "$OUT/$1.out"
 }
 {
 echo

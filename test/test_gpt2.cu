@@ -12,7 +12,8 @@
 // copy of expert 1's, so their probabilities are equal for every token and the tie rule (the
 // lower index) decides each routing where they lead. The loss compared is the cross-entropy +
 // the auxiliary loss (compared on its own too, 1e-5); the gradients include the router's and
-// the experts'. Case (a) also runs the masked batch.
+// the experts'. Case (a) also runs the masked batch. Only in the fp32 builds (CPU, CUDA with
+// PRECISION=FP32): in bf16, near-tie routing decisions flip (see main).
 // A third stage checks the RLVR loss (llmc/rlvr.h): for fixed prompts, sampled completions,
 // rewards and a frozen reference model (rl_*.bin), the policy-gradient + KL loss and its
 // gradients against test/reference/rlvr.py, which computes the advantages and the loss from
@@ -687,6 +688,7 @@ int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "--check") == 0) {
         check_case(argv[2], "model.bin", "batch.bin", "ref.bin", "pre-training loss", NULL);
         check_case(argv[2], "model.bin", "batch_masked.bin", "ref_masked.bin", "masked loss", NULL);
+#if defined(LLMC_CPU) || defined(ENABLE_FP32)
         for (int i = 0; i < NUM_MOE_CASES; i++) {
             const MoECase* mc = &moe_cases[i];
             std::string model_name = std::string(mc->name) + "_model.bin", ref = std::string(mc->name) + "_ref.bin";
@@ -696,6 +698,15 @@ int main(int argc, char** argv) {
                 check_case(argv[2], model_name.c_str(), "batch_masked.bin", ref_m.c_str(), label.c_str(), mc);
             }
         }
+#else
+        // bf16: the routing is discrete, and at init the router's probabilities are close (E
+        // experts near 1/E): 18 of case (a)'s 256 top-k decisions are closer than 1e-3, which
+        // bf16's rounding of the router input flips, and a flipped token gets another expert's
+        // output (measured under the emulator: logits 0.12 of their max apart, dropped counts
+        // equal). The MoE cases are checked by the fp32 builds (CPU, and CUDA PRECISION=FP32).
+        printf("\n[MoE] not checked in the bf16 build (discrete routing: near-tie top-k decisions flip in bf16); "
+               "the fp32 builds check them\n");
+#endif
         check_rl_case(argv[2], "rl_grpo_kl.bin", "rl_grpo_kl_ref.bin", "RLVR: GRPO advantages + KL penalty");
         check_rl_case(argv[2], "rl_top1.bin", "rl_top1_ref.bin", "RLVR: top-1, A = r, no KL");
         {   // a verifier that returns NaN or infinity: counted, treated as reward 0, no NaN advantage
