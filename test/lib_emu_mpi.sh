@@ -29,6 +29,18 @@ MPIRUN="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_
 python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 3000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
 
+# emu_refs [FLAGS...]: the single-rank emulated references, bf16 and fp32, $T/<binary>-ref.*
+# (exits the suite when one fails)
+emu_refs() {
+    local b name
+    for b in train_gpt2cu train_gpt2cu_fp32; do
+        name=$b-ref
+        # shellcheck disable=SC2086
+        $EMU/$b $D $MODEL $QUIET "$@" --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
+            { echo "FAIL single-rank emulated run ($name): $(tail -2 "$T/$name.out")"; exit 1; }
+    done
+}
+
 # emu_run I "BINARY|NP|NAME|FLAGS": run I of a suite's table under mpirun ($MODEL $QUIET and the
 # entry's flags; log, checkpoint and output at $T/runI.*) and judge it against the single-rank
 # run of the same binary ($T/BINARY-ref.*): bf16 with test/judge_bf16.py, fp32 with

@@ -5,6 +5,8 @@
 #   ref NAME FLAGS...                 a single-rank reference run: $T/NAME.log, .bin, .out (uses
 #                                     $D $MODEL $QUIET; exits the suite if it fails)
 #   expect_all NAME PATTERN NP CMD... bad input: every rank reports PATTERN, all exit non-zero, no hang
+#   run_vs_ref NP REF LABEL FLAGS...  NP ranks with $D $MODEL $QUIET FLAGS into $T/run.{out,log,bin}, compared
+#                                     with $T/REF (test/compare_runs.py); returns 1 (after a FAIL) when the run fails
 #   perturb LABEL FILE OLD NEW REF ARGS...  a trainer built from a copy of llmc/ with OLD replaced by
 #                                     NEW in FILE, run on 2 ranks with ARGS, must FAIL the equivalence
 #                                     check against $T/REF.log and $T/REF.bin
@@ -29,6 +31,17 @@ expect_all() {
     else
         fail "$name" "exit $rc, $n messages" "$(tail -3 "$T/bad.out")"
     fi
+}
+
+run_vs_ref() {
+    local np=$1 refname=$2 label=$3; shift 3
+    rm -f "$T/run.log" "$T/run.bin"
+    # shellcheck disable=SC2086
+    if ! $MPIRUN -np "$np" ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/run.log" --save "$T/run.bin" >"$T/run.out" 2>&1; then
+        fail "$label: the run failed" "$(grep -v '^\s*$' "$T/run.out" | grep -v -- '---' | tail -3)"
+        return 1
+    fi
+    python3 test/compare_runs.py "$T/$refname.log" "$T/$refname.bin" "$T/run.log" "$T/run.bin" --label "$label matches 1 rank"
 }
 
 perturb() {

@@ -41,16 +41,9 @@ ref sft $SFT --grad-accum 2
 
 # check NP REF LABEL FLAGS...: the run against the reference, and its per-step checks
 check() {
-    local np=$1 refname=$2 label=$3; shift 3
-    local out="$T/run.out" steps=20
+    local label=$3 out="$T/run.out" steps=20
     [[ " $* " == *" --steps 3 "* ]] && steps=3
-    rm -f "$T/run.log" "$T/run.bin"
-    # shellcheck disable=SC2086
-    if ! $MPIRUN -np "$np" ./train_gpt2cpu $D $MODEL $QUIET --comm-algo ring "$@" --log "$T/run.log" --save "$T/run.bin" >"$out" 2>&1; then
-        fail "$label: the run failed" "$(grep -v '^\s*$' "$out" | grep -v -- '---' | tail -3)"
-        return 1
-    fi
-    python3 test/compare_runs.py "$T/$refname.log" "$T/$refname.bin" "$T/run.log" "$T/run.bin" --label "$label matches 1 rank"
+    run_vs_ref "$1" "$2" "$3" --comm-algo ring "${@:4}" || return 1
     local bad="" n ratio
     grep -q "^memory check ok" "$out" || bad="data-parallel memory table"
     n=$(grep -c "cp comm | sent .* equal) " "$out")

@@ -21,12 +21,7 @@ STEPS=4
 MODEL="--layers 2 --heads 4 --channels 64 --max-seq 32 --batch 4 --seq 32 --steps $STEPS --lr 1e-3 --warmup 2"
 QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1 --comm-algo ring"
 
-for b in train_gpt2cu train_gpt2cu_fp32; do
-    name=$b-ref
-    # shellcheck disable=SC2086
-    $EMU/$b $D $MODEL $QUIET --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
-        { echo "FAIL single-rank emulated run ($name): $(tail -2 "$T/$name.out")"; exit 1; }
-done
+emu_refs   # the single-rank references (test/lib_emu_mpi.sh)
 
 # BINARY|NP|NAME|FLAGS (emu_run: test/lib_emu_mpi.sh)
 RUNS=("train_gpt2cu|2|cp 2, ring, zigzag|--cp 2"

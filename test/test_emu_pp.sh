@@ -25,12 +25,7 @@ MODEL="--layers 4 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16 --step
 QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1 --grad-accum 4"   # 4 micro-batches in every run
 
 
-for b in train_gpt2cu train_gpt2cu_fp32; do
-    name=$b-ref
-    # shellcheck disable=SC2086
-    $EMU/$b $D $MODEL $QUIET --log "$T/$name.log" --save "$T/$name.bin" >"$T/$name.out" 2>&1 ||
-        { echo "FAIL single-rank emulated run ($name): $(tail -2 "$T/$name.out")"; exit 1; }
-done
+emu_refs   # the single-rank references (test/lib_emu_mpi.sh)
 
 # BINARY|NP|NAME|FLAGS (emu_run: test/lib_emu_mpi.sh) (4 micro-batches each)
 RUNS=("train_gpt2cu|2|pp 2, 1f1b|--pp 2"

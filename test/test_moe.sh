@@ -57,15 +57,8 @@ counts() { grep "moe | tokens" "$1" | sed 's/ | aux loss.*//'; }
 
 # check NP REF LABEL FLAGS...: the run against the reference, its counted bytes, memory, counts
 check() {
-    local np=$1 refname=$2 label=$3; shift 3
-    local out="$T/run.out"
-    rm -f "$T/run.log" "$T/run.bin"
-    # shellcheck disable=SC2086
-    if ! $MPIRUN -np "$np" ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/run.log" --save "$T/run.bin" >"$out" 2>&1; then
-        fail "$label: the run failed" "$(grep -v '^\s*$' "$out" | tail -3)"
-        return 1
-    fi
-    python3 test/compare_runs.py "$T/$refname.log" "$T/$refname.bin" "$T/run.log" "$T/run.bin" --label "$label matches 1 rank"
+    local refname=$2 label=$3 out="$T/run.out"
+    run_vs_ref "$@" || return 1
     local bad="" n
     if grep -q "^expert parallel" "$out"; then
         n=$(grep -c "ep comm | all-to-all sent .*, equal;.*edp all-reduce .*equal)" "$out")
@@ -95,6 +88,8 @@ check 4 e4k2 "ep 4, E 4, top-2" $E4K2 --ep 4
 check 4 e8k1 "ep 4, E 8, top-1, every 2nd block, aux 0.1" $E8K1 --ep 4
 check 4 e8k2 "ep 4, E 8, top-2" $E8K2 --ep 4
 check 2 e8k2 "ep 2, E 8, top-2" $E8K2 --ep 2
+check 2 e8k1 "ep 2, E 8, top-1, every 2nd block, aux 0.1" $E8K1 --ep 2
+check 4 e4k1 "ep 4, E 4, top-1" $E4K1 --ep 4
 check 4 e4k2 "dp 4 with ep 2" $E4K2 --ep 2
 check 4 e4k2 "ep 2 x tp 2" $E4K2 --ep 2 --tp 2
 check 4 e4k2 "dp 4 ep 2, ZeRO-1 over the dense part" $E4K2 --ep 2 --zero 1 --bucket-mb 0.1

@@ -46,15 +46,8 @@ ref sft $SFT --grad-accum 4
 
 # check NP REF LABEL FLAGS...: the run against the reference, and its per-step pipeline checks
 check() {
-    local np=$1 refname=$2 label=$3; shift 3
-    local out="$T/run.out"
-    rm -f "$T/run.log" "$T/run.bin"
-    # shellcheck disable=SC2086
-    if ! $MPIRUN -np "$np" ./train_gpt2cpu $D $MODEL $QUIET "$@" --log "$T/run.log" --save "$T/run.bin" >"$out" 2>&1; then
-        fail "$label: the run failed" "$(grep -v '^\s*$' "$out" | grep -v -- '---' | tail -3)"
-        return 1
-    fi
-    python3 test/compare_runs.py "$T/$refname.log" "$T/$refname.bin" "$T/run.log" "$T/run.bin" --label "$label matches 1 rank"
+    local label=$3 out="$T/run.out"
+    run_vs_ref "$@" || return 1
     local bad="" steps
     grep -q "^pp memory check ok" "$out" || bad="pipeline memory lines"
     grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
