@@ -13,7 +13,8 @@
 #     per expert and the drops of every step, summed over the ranks, equal the single-rank run's;
 #   - the file: an MoE checkpoint (version 10) written by an ep run loads on one rank and gives
 #     the same validation loss; a dense checkpoint still loads as llm.c's;
-#   - bad input: ep not dividing E or the dp size, k > E, a dense checkpoint with --moe flags,
+#   - bad input: ep not dividing E or the dp size, k > E, a dense checkpoint with --moe flags, a
+#     truncated MoE checkpoint, an MoE header asking for top-3 of 2 experts,
 #     an MoE checkpoint with other --moe flags, --ep without experts, --ep with --zero 3, MoE
 #     with --pp: one clear line on every rank, non-zero exit, no hang;
 #   - the tests can fail: trainers built from perturbed copies of llmc/ (expert gradients
@@ -122,6 +123,16 @@ expect_all "ep not dividing the dp ranks" "does not divide the 2 data-parallel r
 expect_all "top-k above E" "cannot go to more than the 2 experts" 2 ./train_gpt2cpu $D $MODEL $QUIET --moe-experts 2 --moe-topk 3
 expect_all "dense checkpoint with --moe-experts" "is a dense checkpoint" 2 ./train_gpt2cpu $D $QUIET --load "$T/dense.bin" --moe-experts 4 --ep 2
 expect_all "MoE checkpoint with other --moe flags" "do not match" 2 ./train_gpt2cpu $D $QUIET --load "$T/ep2.bin" --moe-experts 8 --moe-topk 2 --moe-every 1
+# a truncated MoE file, and one whose header asks for top-3 of 2 experts
+python3 - "$T/ep2.bin" "$T/trunc.bin" "$T/badk.bin" <<'PYEOF2'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(data[:len(data) // 2])
+h = list(struct.unpack("256i", data[:1024])); h[8], h[9] = 2, 3
+open(sys.argv[3], "wb").write(struct.pack("256i", *h) + data[1024:])
+PYEOF2
+expect_all "truncated MoE checkpoint" "truncated" 2 ./train_gpt2cpu $D $QUIET --load "$T/trunc.bin" --ep 2
+expect_all "MoE checkpoint with top-k above E in its header" "invalid mixture of experts in header" 2 ./train_gpt2cpu $D $QUIET --load "$T/badk.bin"
 expect_all "--ep without experts" "add --moe-experts" 2 ./train_gpt2cpu $D $MODEL $QUIET --ep 2
 expect_all "--ep with ZeRO-3" "--ep with --zero 3 is not built" 2 ./train_gpt2cpu $D $MODEL $QUIET $E4K2 --ep 2 --zero 3
 expect_all "MoE with a pipeline" "--pp with a mixture of experts is not built" 2 ./train_gpt2cpu $D $MODEL $QUIET $E4K2 --pp 2 --grad-accum 2
