@@ -731,8 +731,7 @@ static inline double gpt2_flops_per_token(const GPT2* model, int T) {
     const GPT2Config* c = &model->config;
     double params = (double)model->num_parameters_full;
     if (gpt2_is_moe(c)) {   // a token runs through k of the E experts of an MoE block: count the active ones
-        double expert = 8.0 * c->channels * c->channels + 5.0 * c->channels;   // one expert's fc and fcproj
-        params -= (double)gpt2_moe_layers(c) * (c->num_experts - c->moe_topk) * expert;
+        params -= (double)gpt2_moe_layers(c) * (c->num_experts - c->moe_topk) * (double)moe_expert_params(c, 1);
     }
     return 6.0 * params + 12.0 * c->num_layers * c->channels * (double)T;
 }

@@ -521,6 +521,8 @@ static inline size_t moe_dropped(const MoE* m, int slot) {
 
 // ---------------------------------------------------------------------------------------
 // What the trainer prints
+// (the per-step line, which sums over the data-parallel ranks, is moe_report_step in
+// llmc/parallel/ep.h, beside the MPI calls it needs)
 
 static inline void moe_print_plan(const GPT2* model) {
     const GPT2Config* c = &model->config;
@@ -531,8 +533,8 @@ static inline void moe_print_plan(const GPT2* model) {
     int T = model->max_T;
     printf("), capacity factor %g: %d of a sequence's %d x %d pairs per expert, aux coefficient %g\n", c->moe_capacity,
            moe_capacity(c, T), T, c->moe_topk, c->moe_aux);
-    size_t expert = (size_t)8 * c->channels * c->channels + (size_t)5 * c->channels;
-    size_t total = model->num_parameters_full, idle = (size_t)gpt2_moe_layers(c) * (c->num_experts - c->moe_topk) * expert;
+    size_t total = model->num_parameters_full;
+    size_t idle = (size_t)gpt2_moe_layers(c) * (c->num_experts - c->moe_topk) * moe_expert_params(c, 1);
     printf("moe params   %zu in all, %zu active per token (dense + router + %d of %d experts per MoE block); routing state "
            "%.3f MiB saved, %.3f MiB scratch on this rank\n", total, total - idle, c->moe_topk, c->num_experts,
            m->bytes_saved / 1048576.0, m->bytes_scratch / 1048576.0);

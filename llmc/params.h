@@ -64,6 +64,12 @@ static inline int moe_every_of(const GPT2Config* c) { return c->num_experts > 0 
 static inline int moe_block(int every, int l) { return every > 0 && l % every == every - 1; }
 static inline int gpt2_layer_is_moe(const GPT2Config* c, int l) { return moe_block(moe_every_of(c), l); }
 static inline int gpt2_moe_layers(const GPT2Config* c) { return c->num_experts > 0 ? c->num_layers / c->moe_every : 0; }
+// parameters of one expert's tp shard: fc (4C x C) and its bias split over tp, fcproj (C x 4C)
+// split over tp, its bias (C) whole
+static inline size_t moe_expert_params(const GPT2Config* c, int tp) {
+    size_t C = (size_t)c->channels;
+    return 8 * C * C / tp + 4 * C / tp + C;
+}
 
 // Round the vocabulary up to a multiple of 64 (50257 -> 50304 for GPT-2, 257 -> 320 bytes+EOT).
 static inline int padded_vocab(int V) { return (V + 63) / 64 * 64; }

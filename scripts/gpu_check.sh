@@ -144,31 +144,21 @@ else
     row "GPT-2 124M bf16, 16x1024 (bench)" "FAIL" "not built"
 fi
 
-# ---- 7. tensor, sequence, pipeline and context parallelism on the GPU (needs MPI)
+# ---- 7. tensor, sequence, pipeline, context and expert parallelism on the GPU (needs MPI)
 if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
     mkdir -p "$LOG/mpi"
     if run build_mpi_fp32 $MAKE PRECISION=FP32 -B train_gpt2cu && cp train_gpt2cu "$LOG/mpi/train_gpt2cu_fp32" &&
        run build_mpi_bf16 $MAKE -B train_gpt2cu && cp train_gpt2cu "$LOG/mpi/train_gpt2cu"; then
-        if EMU_BIN_DIR="$LOG/mpi" run tp bash test/test_emu_tp.sh; then
-            row "tensor/sequence parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/tp.log") checks, see $LOG/tp.log"
-        else
-            row "tensor/sequence parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/tp.log"
-        fi
-        if EMU_BIN_DIR="$LOG/mpi" run pp bash test/test_emu_pp.sh; then
-            row "pipeline parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/pp.log") checks, see $LOG/pp.log"
-        else
-            row "pipeline parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/pp.log"
-        fi
-        if EMU_BIN_DIR="$LOG/mpi" run cp bash test/test_emu_cp.sh; then
-            row "context parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/cp.log") checks, see $LOG/cp.log"
-        else
-            row "context parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/cp.log"
-        fi
-        if EMU_BIN_DIR="$LOG/mpi" run ep bash test/test_emu_moe.sh; then
-            row "expert parallelism vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/ep.log") checks, see $LOG/ep.log"
-        else
-            row "expert parallelism vs 1 rank (GPU)" "FAIL" "see $LOG/ep.log"
-        fi
+        # each emulated suite's runs on the real device: name|suite|what the row says
+        for entry in "tp|test_emu_tp.sh|tensor/sequence parallelism" "pp|test_emu_pp.sh|pipeline parallelism" \
+                     "cp|test_emu_cp.sh|context parallelism" "ep|test_emu_moe.sh|expert parallelism"; do
+            IFS='|' read -r name suite what <<<"$entry"
+            if EMU_BIN_DIR="$LOG/mpi" run "$name" bash "test/$suite"; then
+                row "$what vs 1 rank (GPU)" "PASS" "$(grep -c '^PASS' "$LOG/$name.log") checks, see $LOG/$name.log"
+            else
+                row "$what vs 1 rank (GPU)" "FAIL" "see $LOG/$name.log"
+            fi
+        done
     else
         row "build train_gpt2cu with MPI (bf16, fp32)" "FAIL" "see $LOG/build_mpi_*.log"
     fi

@@ -217,8 +217,7 @@ static inline void ep_print_plan(const ExpertParallel* ep) {
     const GPT2* m = ep->model;
     const GPT2Config* c = &m->config;
     size_t a = sizeof(floatX);
-    size_t expert_one = (size_t)8 * c->channels * c->channels / m->place.tp + (size_t)4 * c->channels / m->place.tp + c->channels;
-    size_t formula = (size_t)gpt2_moe_layers(c) * (c->num_experts / ep->ep) * expert_one;
+    size_t formula = (size_t)gpt2_moe_layers(c) * (c->num_experts / ep->ep) * moe_expert_params(c, m->place.tp);
     printf("expert parallel ep %d (ep groups of consecutive dp ranks, edp %d replicas of each expert): this rank holds experts "
            "[%d, %d) of %d\n", ep->ep, ep->edp.size, ep->rank * c->num_experts / ep->ep, (ep->rank + 1) * c->num_experts / ep->ep,
            c->num_experts);

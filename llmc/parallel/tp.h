@@ -220,7 +220,7 @@ static inline size_t tp_formula_params(const GPT2* m) {
     size_t tp = (size_t)p->tp, C = (size_t)c->channels, L = (size_t)gpt2_local_layers(m);
     size_t Lm = m->moe ? (size_t)m->moe->blocks : 0, E = (size_t)c->num_experts, El = E / (size_t)p->ep;
     // an MoE block: the attention's 4 C^2/tp + 3 C/tp + 5 C, the router E C, and El experts' 8 C^2/tp + 4 C/tp + C
-    size_t moe_block = 4 * C * C / tp + 3 * C / tp + 5 * C + E * C + El * (8 * C * C / tp + 4 * C / tp + C);
+    size_t moe_block = 4 * C * C / tp + 3 * C / tp + 5 * C + E * C + El * moe_expert_params(c, (int)tp);
     return (p->has_embedding || p->has_head ? (size_t)c->padded_vocab_size * C / tp : 0) +
            (p->has_embedding ? (size_t)c->max_seq_len * C : 0) + (L - Lm) * (12 * C * C / tp + 7 * C / tp + 6 * C) +
            Lm * moe_block + (p->has_head ? 2 * C : 0);
