@@ -101,6 +101,7 @@ typedef struct GPT2 {
     float* v_memory;            // AdamW second moment
     float* master_memory;       // fp32 master weights (only when floatX is narrower: CUDA bf16)
     int step;                   // AdamW t (number of updates done)
+    int skip_nonfinite;         // --on-nan skip: an update whose gradient norm is not finite does nothing
     // activations: num_slots sets, each for up to max_B x max_T tokens
     int max_B, max_T, num_slots;
     ActivationTensors acts[GPT2_MAX_SLOTS];
@@ -710,6 +711,7 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
                          float grad_clip) {
     if (model->m_memory == NULL) { gpt2_allocate_optimizer(model); }
     float norm = gpt2_grad_norm(model);
+    if (!isfinite(norm) && model->skip_nonfinite) { return norm; }   // the step is skipped: no AdamW, t unchanged
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     model->step += 1;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {

@@ -59,6 +59,14 @@ typedef struct {
     const char* reward;
     float kl;
     const char* metrics;
+    // training state and failures (llmc/train_state.h, llmc/guard.h)
+    const char* save_state;     // directory of the sharded training state
+    int save_state_every;       // steps between saves (0: only at the end)
+    const char* resume;         // continue the run saved in this directory
+    int exit_after;             // stop after this step, as a pre-empted job would (0: never)
+    float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
+    const char* on_nan;         // stop or skip
+    const char* fault;          // fault injection for the tests: hang:RANK:STEP, nan:STEP
 } TrainArgs;
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
@@ -83,6 +91,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->sft_val = "data/arithmetic/sft_val_*.bin";
     a->prompts = "data/arithmetic/sft_train_*.bin";
     a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
+    a->on_nan = "stop";
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
@@ -154,6 +163,13 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"reward", ARG_STRING, &a->reward, "rlvr reward: exact, format, or a sum such as exact+format"},
         {"kl", ARG_FLOAT, &a->kl, "rlvr: KL penalty coefficient against a frozen copy of the starting model, 0 = off"},
         {"metrics", ARG_STRING, &a->metrics, "rlvr: write per-step CSV (reward, accuracy, length, KL, held-out accuracy) here"},
+        {"save-state", ARG_STRING, &a->save_state, "write the training state (every rank's shard + manifest) into this directory"},
+        {"save-state-every", ARG_INT, &a->save_state_every, "training-state interval in steps, 0 = only at the end"},
+        {"resume", ARG_STRING, &a->resume, "continue the run saved in this state directory (any mesh: resharded)"},
+        {"exit-after", ARG_INT, &a->exit_after, "stop after this step as a pre-empted job would (saving the state first), 0 = never"},
+        {"comm-timeout", ARG_FLOAT, &a->comm_timeout, "seconds a rank waits for another before it ends the job, 0 = forever"},
+        {"on-nan", ARG_STRING, &a->on_nan, "a non-finite loss or gradient norm: stop (name the step and tensor) or skip the update"},
+        {"fault", ARG_STRING, &a->fault, "tests only: inject a fault, hang:RANK:STEP or nan:STEP"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
@@ -163,7 +179,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"eval-batches", a->eval_batches}};
     for (auto& p : positive) { if (p.value <= 0) { die("--%s must be positive, got %d", p.name, p.value); } }
     struct { const char* name; int value; } non_negative[] = {
-        {"save-every", a->save_every}, {"layers", a->layers}, {"heads", a->heads}, {"channels", a->channels},
+        {"save-every", a->save_every}, {"save-state-every", a->save_state_every}, {"exit-after", a->exit_after}, {"layers", a->layers}, {"heads", a->heads}, {"channels", a->channels},
         {"max-seq", a->max_seq}, {"vocab", a->vocab}, {"warmup", a->warmup}, {"eval-every", a->eval_every},
         {"accuracy", a->accuracy}, {"sample-every", a->sample_every}, {"sample-len", a->sample_len},
         {"top-k", a->top_k}, {"threads", a->threads}};
@@ -264,6 +280,10 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     }
     if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
     if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
+    if (!(a->comm_timeout >= 0.0f)) { die("--comm-timeout must be >= 0 seconds, got %g", a->comm_timeout); }
+    if (strcmp(a->on_nan, "stop") != 0 && strcmp(a->on_nan, "skip") != 0) { die("--on-nan must be stop or skip, got '%s'", a->on_nan); }
+    if (a->save_state_every > 0 && !a->save_state) { die("--save-state-every %d needs --save-state DIR", a->save_state_every); }
+    if (a->exit_after > 0 && a->exit_after >= a->steps) { die("--exit-after %d must be below --steps %d", a->exit_after, a->steps); }
     if (strcmp(a->task, "pretrain") != 0 && strcmp(a->task, "sft") != 0 && strcmp(a->task, "rlvr") != 0) {
         die("--task must be pretrain, sft or rlvr, got '%s'", a->task);
     }

@@ -172,6 +172,7 @@ static inline void buckets_init(DataParallel* dp, int stage) {
             seg.m = b.m + (x - lo);
             seg.v = b.v + (x - lo);
             seg.master = b.master ? b.master + (x - lo) : NULL;
+            seg.flat = s.flat + (x - s.packed);
             dp->segments.push_back(seg);
         }
     }

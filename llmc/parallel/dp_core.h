@@ -63,6 +63,7 @@ typedef struct {
     floatX* grad;
     float *m, *v, *master;
     size_t n;
+    size_t flat;    // where the run starts in the model's flat buffer (the training state maps it to the full model)
 } OptSegment;
 
 // The ranks that hold the other shards of this rank's replica (tensor parallelism's tp group:

@@ -36,6 +36,7 @@ struct DPModeOps {
     void (*full_model_end)(DataParallel* dp);        // parameter (NULL: they are always there)
     uint64_t (*formula_bytes)(const DataParallel* dp, int micro);       // sent per step (N > 1)
     void (*formula_memory)(const DataParallel* dp, size_t out[MEM_NCAT]);   // bytes per category
+    int owners_disjoint;         // 1: each rank updates its own part (ZeRO, servers); 0: every rank all of it
 };
 typedef struct DPModeOps DPModeOps;
 
@@ -114,7 +115,7 @@ static inline void dp_own_flat_range(DataParallel* dp, size_t o, size_t n) {
         size_t s = std::max(o, p->offset), e = std::min(o + n, p->offset + p->numel);
         if (s >= e) { continue; }
         dp->segments.push_back({i, model->params_memory + s, model->grads_memory + s, dp->flat_m + (s - o),
-                                 dp->flat_v + (s - o), dp->flat_master ? dp->flat_master + (s - o) : NULL, e - s});
+                                 dp->flat_v + (s - o), dp->flat_master ? dp->flat_master + (s - o) : NULL, e - s, s});
     }
 }
 
@@ -159,7 +160,8 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
         for (const OptSegment& s : dp->segments) { dp->shards.complete_grads(dp->shards.ctx, s.tensor, s.grad, s.n); }
     }
     if (dp->experts.reduce) { dp->experts.reduce(dp->experts.ctx); }   // expert parallelism's own group
-    float norm = dp_grad_norm(dp, owners_disjoint);
+    float norm = dp_grad_norm(dp, owners_disjoint);   // the same on every rank: all skip or none
+    if (!isfinite(norm) && m->skip_nonfinite) { trace_event("AdamW update (skipped)", 0, t0); return norm; }
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     m->step += 1;
     for (const OptSegment& s : dp->segments) {

@@ -62,4 +62,5 @@ static const DPModeOps DP_MODE_PS = {
     NULL,                                                 // bucket_ready: no buckets
     NULL, NULL,                                           // full_model_begin/end: every worker has it all
     ps_formula_bytes, ps_formula_memory,
+    1,                    // owners_disjoint
 };

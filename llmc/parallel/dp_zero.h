@@ -116,6 +116,7 @@ static const DPModeOps DP_MODE_ZERO1 = {
     zero1_reduce_scatter_bucket,
     NULL, NULL,           // full_model_begin/end: the parameters are whole after every update
     zero1_formula_bytes, zero1_formula_memory,
+    1,                    // owners_disjoint
 };
 static const DPModeOps DP_MODE_ZERO2 = {
     "ZeRO-2", "ddp", 2,
@@ -124,4 +125,5 @@ static const DPModeOps DP_MODE_ZERO2 = {
     zero2_reduce_scatter_bucket,
     NULL, NULL,
     zero2_formula_bytes, zero2_formula_memory,
+    1,                    // owners_disjoint
 };

@@ -172,4 +172,5 @@ static const DPModeOps DP_MODE_ZERO3 = {
     zero2_reduce_scatter_bucket,   // (called by this mode's own hooks)
     zero3_materialize, zero3_dematerialize,
     zero3_formula_bytes, zero3_formula_memory,
+    1,                    // owners_disjoint
 };

@@ -184,7 +184,7 @@ static inline void ep_init(ExpertParallel* ep, GPT2* model, Comm* dp_comm, DataP
         const ParamInfo* p = &model->param_info[i];
         size_t o = p->offset - ep->offset;
         dp->experts.segments.push_back({i, model->params_memory + p->offset, ep->grads + o, ep->m + o, ep->v + o,
-                                        ep->master ? ep->master + o : NULL, p->numel});
+                                        ep->master ? ep->master + o : NULL, p->numel, p->offset});
     }
     ep->hooks = GPT2Hooks{};
     ep->hooks.name = "expert parallel: expert gradients";
