@@ -52,4 +52,5 @@ static const DPModeOps DP_MODE_DDP = {
     ddp_allreduce_bucket,
     NULL, NULL,                 // full_model_begin/end: the replica is always whole
     ddp_formula_bytes, ddp_formula_memory,
+    0,                    // owners_disjoint: every rank updates all of it
 };

@@ -47,4 +47,5 @@ static const DPModeOps DP_MODE_NAIVE = {
     NULL,                             // bucket_ready: no buckets
     NULL, NULL,                       // full_model_begin/end: the replica is always whole
     naive_formula_bytes, naive_formula_memory,
+    0,                    // owners_disjoint: every rank updates all of it
 };
