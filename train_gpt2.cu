@@ -20,6 +20,7 @@
 #include "llmc/step.h"
 #include "llmc/parallel/plan.h"
 #include "llmc/tasks/tasks.h"
+#include "llmc/train_state.h"
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
 
     // ---- the model, the batch, the task
     GPT2 model;
-    gpt2_from_args(&model, &args, plan_place, &plan);   // the shard of it this rank holds
+    train_state_model(&model, &args, plan_place, &plan);   // the shard of it this rank holds (--resume: the saved one)
     const GPT2Config* cfg = &model.config;
     if (args.seq > cfg->max_seq_len) { die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len); }
     int B = plan_micro_batch(&plan), T = args.seq;
@@ -58,14 +59,19 @@ int main(int argc, char** argv) {
     // ---- training
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed + 1);
+    TrainState state;
+    train_state_init(&state, &plan, &task, &args, &sample_rng);   // --resume: step, optimizer, data, RNG, log
+    if (logf) { fputs(state.log.c_str(), logf); }
+    int stopped = 0;
     double flops_per_step = gpt2_flops_per_token(&model, T) * args.batch * T;
     double timed_seconds = 0.0;
     int timed_steps = 0;
-    for (int step = 0; step <= args.steps; step++) {
+    for (int step = state.first_step; step <= args.steps; step++) {
         int last = step == args.steps;
-        int do_eval = !args.bench && (last || (args.eval_every > 0 && step % args.eval_every == 0));
-        int do_sample = !args.bench && args.sample_every > 0 && (step % args.sample_every == 0 || last) && step > 0;
-        int do_save = args.save && args.save_every > 0 && step > 0 && step % args.save_every == 0 && !last;
+        int again = state.resumed && step == state.first_step && !last;   // done before the saved run stopped
+        int do_eval = !args.bench && !again && (last || (args.eval_every > 0 && step % args.eval_every == 0));
+        int do_sample = !args.bench && !again && args.sample_every > 0 && (step % args.sample_every == 0 || last) && step > 0;
+        int do_save = args.save && !again && args.save_every > 0 && step > 0 && step % args.save_every == 0 && !last;
         if (do_eval || do_sample || do_save) {
             plan_full_model_begin(&plan);   // ZeRO-3 gathers the parameters
             if (do_eval) { task_evaluate(&task, step, last); }   // each rank its share; sums combined
@@ -75,6 +81,12 @@ int main(int argc, char** argv) {
                 printf("saved %s (step %d)\n", args.save, step);
             }
             plan_full_model_end(&plan);
+        }
+        if (train_state_due(&state, step)) { train_state_save(&state, step, &sample_rng); }
+        if (args.exit_after > 0 && step == args.exit_after) {   // as a pre-empted job: no final evaluation or --save
+            printf("stopping after step %d (--exit-after): continue with --resume %s\n", step, args.save_state ? args.save_state : "DIR");
+            stopped = 1;
+            break;
         }
         if (last) { break; }
 
@@ -95,7 +107,12 @@ int main(int argc, char** argv) {
         double peak = backend_peak_flops();
         print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * task.micro[0].T,
                         peak > 0 ? 100.0 * flops_per_step / dt / (peak * plan.world_size) : -1.0);
-        if (logf) { fprintf(logf, "%d %.9g %.9g %.9g\n", step + 1, loss, norm, lr); }
+        if (plan.rank == 0) {   // the --log lines, kept also for the training state (a resumed run's --log has them all)
+            char line[128];
+            snprintf(line, sizeof(line), "%d %.9g %.9g %.9g\n", step + 1, loss, norm, lr);
+            if (logf) { fputs(line, logf); }
+            state.log += line;
+        }
         task.report(&task, step, loss);
         plan_report_step(&plan, step);
     }
@@ -110,7 +127,7 @@ int main(int argc, char** argv) {
     }
     if (logf) { fclose_and_rename(logf, log_tmp, args.log); }
     task_free(&task);
-    if (args.save) {
+    if (args.save && !stopped) {
         plan_full_model_begin(&plan);
         plan_save_checkpoint(&plan, args.save);
         printf("saved %s\n", args.save);

@@ -113,6 +113,19 @@ static inline void dataloader_next_batch(DataLoader* dl) {
     dl->pos += global;
 }
 
+// Back to a saved position (the training state): shard `shard`, global micro-batch starting at pos.
+static inline void dataloader_seek(DataLoader* dl, size_t shard, size_t pos, const char* where) {
+    if (shard >= dl->files.gl_pathc) {
+        die("'%s': the data position is in shard %zu, but %zu shards match the pattern now", where, shard,
+            (size_t)dl->files.gl_pathc);
+    }
+    if ((int)shard != dl->shard) { dataloader_load_shard(dl, (int)shard); }
+    if (pos > dl->num_tokens) {
+        die("'%s': the data position %zu is past the %zu tokens of '%s'", where, pos, dl->num_tokens, dl->files.gl_pathv[shard]);
+    }
+    dl->pos = pos;
+}
+
 static inline void dataloader_free(DataLoader* dl) {
     globfree(&dl->files);
     free(dl->tokens);

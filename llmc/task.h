@@ -15,6 +15,7 @@
 // the exact-match accuracy on held-out arithmetic examples, whatever the task.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 #include "common.h"
@@ -25,6 +26,21 @@
 #include "log.h"
 #include "train_args.h"
 #include "parallel/plan.h"
+
+// Where a run stands, as text key -> value: what the training state (llmc/train_state.h)
+// saves besides the tensors, and gives back on --resume. Every value is the same on every rank
+// (the data loaders' positions are global, the RL baseline is computed from gathered rewards),
+// so rank 0 writes it once.
+typedef std::map<std::string, std::string> Position;
+static inline void position_put(Position* p, const char* key, unsigned long long v) { (*p)[key] = std::to_string(v); }
+static inline unsigned long long position_get(const Position* p, const char* key, const char* where) {
+    auto it = p->find(key);
+    if (it == p->end()) { die("'%s' has no '%s': it was saved by another task or version", where, key); }
+    char* end;
+    unsigned long long v = strtoull(it->second.c_str(), &end, 10);
+    if (*end != 0 || it->second.empty()) { die("'%s': '%s' holds '%s', expected a number", where, key, it->second.c_str()); }
+    return v;
+}
 
 typedef struct Task {
     const char* name;
@@ -49,6 +65,9 @@ typedef struct Task {
     float (*step_loss)(struct Task* t, float loss);
     void (*report)(struct Task* t, int step, float loss);
     void (*free)(struct Task* t);
+    // the training state: where the task's data stands (save), and back there (resume)
+    void (*get_position)(struct Task* t, Position* p);
+    void (*set_position)(struct Task* t, const Position* p, const char* where);
 } Task;
 
 static inline MicroBatch task_micro_batch(void* ctx, int i) { return ((Task*)ctx)->micro[i]; }

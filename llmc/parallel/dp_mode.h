@@ -126,12 +126,18 @@ static inline void dp_own_flat_range(DataParallel* dp, size_t o, size_t n) {
 // the parts are summed over the ranks (8 bytes, not counted), else every rank has it all. With
 // tensor and pipeline parallelism the shards of the replica are summed too (dp->shards), a
 // replicated tensor counted on tp rank 0 only and the tied wte on the first stage only.
+// Whether this rank's copy of a tensor is the one that counts (in the norm, in the training
+// state): a tensor every tp rank holds whole counts on tp rank 0 only, and the last pipeline
+// stage's copy of the tied wte (the LM head) is counted by the first stage.
+static inline int dp_segment_counted(const GPT2* m, int tensor) {
+    if (m->place.tp_rank != 0 && m->param_info[tensor].shard == SHARD_REPLICATED) { return 0; }
+    if (m->param_info[tensor].used_by == (USE_EMBEDDING | USE_HEAD) && !m->place.has_embedding) { return 0; }
+    return 1;
+}
 static inline double dp_segments_norm_squared(GPT2* m, const std::vector<OptSegment>& segments) {
     double sq = 0.0;
     for (const OptSegment& s : segments) {
-        if (m->place.tp_rank != 0 && m->param_info[s.tensor].shard == SHARD_REPLICATED) { continue; }
-        // the last pipeline stage's copy of the tied wte (the LM head) is counted by the first
-        if (m->param_info[s.tensor].used_by == (USE_EMBEDDING | USE_HEAD) && !m->place.has_embedding) { continue; }
+        if (!dp_segment_counted(m, s.tensor)) { continue; }
         float part;
         global_norm_squared(m->norm_squared, s.grad, s.n);
         copy_device_to_host(&part, m->norm_squared, sizeof(float));

@@ -54,6 +54,20 @@ static inline void pretrain_free(Task* t) {
     delete p;
 }
 
+static inline void pretrain_get_position(Task* t, Position* pos) {
+    PretrainTask* p = (PretrainTask*)t->self;
+    position_put(pos, "data.shard", t->args->bench ? 0 : (unsigned long long)p->train.shard);
+    position_put(pos, "data.pos", t->args->bench ? 0 : p->train.pos);
+    position_put(pos, "data.bench_rng", p->bench_rng.state);
+}
+static inline void pretrain_set_position(Task* t, const Position* pos, const char* where) {
+    PretrainTask* p = (PretrainTask*)t->self;
+    p->bench_rng.state = position_get(pos, "data.bench_rng", where);
+    if (!t->args->bench) {
+        dataloader_seek(&p->train, position_get(pos, "data.shard", where), position_get(pos, "data.pos", where), where);
+    }
+}
+
 static inline void pretrain_init(Task* t) {
     PretrainTask* p = new PretrainTask();
     t->self = p;
@@ -69,4 +83,6 @@ static inline void pretrain_init(Task* t) {
     t->step_loss = task_identity_loss;
     t->report = task_no_report;
     t->free = pretrain_free;
+    t->get_position = pretrain_get_position;
+    t->set_position = pretrain_set_position;
 }

@@ -84,6 +84,22 @@ static inline void rlvr_free(Task* t) {
     delete r;
 }
 
+// The rollouts of step s are drawn from streams seeded by (seed, s, row): no generator state to
+// keep. What carries over between steps is the running-mean baseline (--rl-mode baseline).
+static inline void rlvr_get_position(Task* t, Position* pos) {
+    const Advantage* a = &((RLVRTask*)t->self)->rl.advantage;
+    uint32_t bits;
+    memcpy(&bits, &a->baseline, sizeof(bits));
+    position_put(pos, "rl.baseline_bits", bits);
+    position_put(pos, "rl.have_baseline", (unsigned long long)a->have_baseline);
+}
+static inline void rlvr_set_position(Task* t, const Position* pos, const char* where) {
+    Advantage* a = &((RLVRTask*)t->self)->rl.advantage;
+    uint32_t bits = (uint32_t)position_get(pos, "rl.baseline_bits", where);
+    memcpy(&a->baseline, &bits, sizeof(bits));
+    a->have_baseline = (int)position_get(pos, "rl.have_baseline", where);
+}
+
 // prompts with their answers, the sampler, the KV cache, the frozen reference model
 static inline void rlvr_init(Task* t) {
     RLVRTask* r = new RLVRTask();
@@ -128,4 +144,6 @@ static inline void rlvr_init(Task* t) {
     t->step_loss = rlvr_step_loss;
     t->report = rlvr_report;
     t->free = rlvr_free;
+    t->get_position = rlvr_get_position;
+    t->set_position = rlvr_set_position;
 }

@@ -67,6 +67,18 @@ static inline void sft_free(Task* t) {
     delete s;
 }
 
+static inline void sft_get_position(Task* t, Position* pos) {
+    position_put(pos, "data.next_row", (unsigned long long)((SFTTask*)t->self)->train.next_row);
+}
+static inline void sft_set_position(Task* t, const Position* pos, const char* where) {
+    SFTLoader* dl = &((SFTTask*)t->self)->train;
+    unsigned long long row = position_get(pos, "data.next_row", where);
+    if (row > (unsigned long long)dl->num_rows) {
+        die("'%s': the data position is row %llu, but '%s' packs into %ld rows now", where, row, t->args->sft_train, dl->num_rows);
+    }
+    dl->next_row = (long)row;
+}
+
 static inline void sft_init(Task* t) {
     if (t->args->bench) { die("--bench times pre-training steps: drop --task sft"); }
     SFTTask* s = new SFTTask();
@@ -82,4 +94,6 @@ static inline void sft_init(Task* t) {
     t->step_loss = task_identity_loss;
     t->report = task_no_report;
     t->free = sft_free;
+    t->get_position = sft_get_position;
+    t->set_position = sft_set_position;
 }
