@@ -3,7 +3,7 @@
 //
 //   DIR/latest                     "step-00000005": the newest COMPLETE state (written last)
 //   DIR/step-00000005/manifest     the mesh it was saved on, the model, the run's flags, and
-//                                  each rank file's size and checksum
+//                                  each rank file's size and CRC-32
 //   DIR/step-00000005/position     where the run stands: step, AdamW's t, the sampling RNG,
 //                                  the task's data position (llmc/task.h: Position)
 //   DIR/step-00000005/log          the --log lines written so far
@@ -143,17 +143,29 @@ typedef struct {
     uint64_t hash, bytes;
 } StateWriter;
 
-static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+// CRC-32 (IEEE 802.3, as zlib's crc32 and Python's zlib.crc32 compute it): a corrupt rank file
+// is caught before its numbers are used
+static inline uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+    static uint32_t table[256];
+    static int ready = 0;
+    if (!ready) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) { c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1; }
+            table[i] = c;
+        }
+        ready = 1;
+    }
     const unsigned char* p = (const unsigned char*)data;
-    for (size_t i = 0; i < n; i++) { h = (h ^ p[i]) * 1099511628211ull; }
-    return h;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) { crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8); }
+    return ~crc;
 }
-#define FNV_START 14695981039346656037ull
 
 static inline void sw_open(StateWriter* w, const std::string& path) {
     w->path = path;
     w->err.clear();
-    w->hash = FNV_START;
+    w->hash = 0;
     w->bytes = 0;
     w->f = fopen(path.c_str(), "wb");
     if (!w->f) { w->err = "cannot create '" + path + "': " + strerror(errno); }
@@ -161,7 +173,7 @@ static inline void sw_open(StateWriter* w, const std::string& path) {
 static inline void sw_write(StateWriter* w, const void* data, size_t bytes) {
     if (!w->err.empty()) { return; }
     if (fwrite(data, 1, bytes, w->f) != bytes) { w->err = "writing '" + w->path + "' failed: " + strerror(errno); return; }
-    w->hash = fnv1a(w->hash, data, bytes);
+    w->hash = crc32_update((uint32_t)w->hash, data, bytes);
     w->bytes += bytes;
 }
 // closes; on any error removes the file. Returns 1 when the file is complete.
@@ -317,7 +329,7 @@ static inline StateFile state_file_read(const Manifest* mf, int r) {
     std::vector<char> all((size_t)size);
     fread_or_die(all.data(), 1, all.size(), f, path.c_str());
     fclose(f);
-    if (fnv1a(FNV_START, all.data(), all.size()) != hash) { die("'%s' is corrupt: its checksum does not match the manifest's", path.c_str()); }
+    if (crc32_update(0, all.data(), all.size()) != hash) { die("'%s' is corrupt: its checksum does not match the manifest's", path.c_str()); }
     int64_t h[8];
     if (all.size() < sizeof(h)) { die("'%s': too short for a header", path.c_str()); }
     memcpy(h, all.data(), sizeof(h));

@@ -51,6 +51,7 @@ suite pipeline      full 2 bash test/test_pp.sh
 suite context-parallel full 2 bash test/test_cp.sh
 suite expert-parallel full 2 bash test/test_moe.sh
 suite tasks         full 1 bash test/test_tasks.sh
+suite training-state full 1 bash test/test_state.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.

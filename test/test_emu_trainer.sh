@@ -9,8 +9,9 @@
 #   (c) save/resume: a 5-step checkpoint reloads bit-exactly (load, one step at lr 0, save:
 #       identical bytes), a run resumed from it twice gives identical bits, and the optimizer
 #       state save/resume of llmc/state.h (test_gpt2cu --determinism: save at 5, reload,
-#       continue to 10) is bit-identical to the uninterrupted run. train_gpt2cu itself has no
-#       flag to save the optimizer state, so a resumed run restarts AdamW's moments;
+#       continue to 10) is bit-identical to the uninterrupted run; the trainer's training state
+#       (--save-state, --exit-after 5, --resume; one rank and ZeRO-1 on 2) gives the same --log
+#       bytes as the uninterrupted run;
 #   (d) the bf16 build's command-line errors: one line and exit 1.
 # Needs: make build/emu/train_gpt2cu build/emu/train_gpt2cu_fp32 build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
 # Prints PASS/FAIL lines; exits 1 on any FAIL. About a minute on 2 cores.
@@ -92,6 +93,30 @@ if [ -s "$T/res1.log" ] && cmp -s "$T/res1.log" "$T/res2.log" && cmp -s "$T/res1
     pass "resumed from the step-5 checkpoint, twice: identical logs and checkpoints"
 else
     fail "resume from checkpoint" "two resumed runs differ" "$(tail -2 "$T/res1.out")"
+fi
+# the training state (llmc/train_state.h): stopped after step 5 of 10 and resumed = the 10-step
+# run, bit for bit: bf16 parameters, fp32 master weights, m, v and the data position restored
+rm -rf "$T/tstate"
+$EMU/train_gpt2cu $D $SMALL --steps 10 --save-state "$T/tstate" --exit-after 5 >"$T/ts1.out" 2>&1
+$EMU/train_gpt2cu $D $SMALL --steps 10 --resume "$T/tstate" --log "$T/ts.log" >"$T/ts2.out" 2>&1
+if [ -s "$T/ts.log" ] && cmp -s "$T/ts.log" "$T/bf16_a.log"; then
+    pass "training state (emulated bf16): stopped after step 5 of 10, resumed: the --log is byte-identical to the 10-step run's"
+else
+    fail "training state resume (emulated bf16)" "$(grep -h -m2 error "$T/ts1.out" "$T/ts2.out")" "$(diff "$T/ts.log" "$T/bf16_a.log" | head -3)"
+fi
+if command -v mpirun >/dev/null; then   # ZeRO-1 on 2 ranks: each rank's block of master, m, v
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    EMUMPI="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2"
+    ONE="$D ${SMALL/--threads 2/--threads 1} --steps 10 --zero 1"
+    rm -rf "$T/zstate"
+    $EMUMPI $EMU/train_gpt2cu $ONE --log "$T/z_a.log" >"$T/z0.out" 2>&1
+    $EMUMPI $EMU/train_gpt2cu $ONE --save-state "$T/zstate" --exit-after 5 >"$T/z1.out" 2>&1
+    $EMUMPI $EMU/train_gpt2cu $ONE --resume "$T/zstate" --log "$T/z_b.log" >"$T/z2.out" 2>&1
+    if [ -s "$T/z_a.log" ] && cmp -s "$T/z_a.log" "$T/z_b.log"; then
+        pass "training state (emulated bf16, ZeRO-1 on 2 ranks): the resumed --log is byte-identical"
+    else
+        fail "training state resume (emulated bf16, ZeRO-1)" "$(grep -h -m2 error "$T"/z?.out)"
+    fi
 fi
 mkdir -p "$T/state"
 $EMU/test_gpt2cu --write-inputs "$T/state" >/dev/null 2>&1

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The training state (llmc/train_state.h, doc/training-state.md) on CPU ranks:
+#   - bit-exact resume: a run stopped after step 5 of 10 (--save-state DIR --exit-after 5) and
+#     resumed (--resume DIR) writes a --log byte-identical to the run that never stopped, for
+#     one rank; DDP, naive, the parameter server (1 and 2 servers), ZeRO-1, ZeRO-2 (2 micro-steps),
+#     ZeRO-3, ZeRO-2 + offload; tp 2, tp 2 + sp, dp 2 x tp 2 with ZeRO-1; the four pipeline
+#     schedules; cp 2 (ring) and cp 2 (Ulysses); ep 2 (MoE) and dp 4 x ep 2 with ZeRO-1; SFT (shuffled) and
+#     RLVR (running-mean baseline with a KL penalty; GRPO with tp 2);
+#   - resharding: a state saved on one mesh continues on another within 1e-5 of the run that did
+#     not move (test/compare_runs.py: every step's loss and norm, every final tensor): dp 4 ZeRO-3
+#     -> dp 2 x tp 2; pp 2 -> one rank; ep 4 -> ep 2; tp 2 -> dp 2 ZeRO-2;
+#   - the export: scripts/state_to_model.py writes the same bytes as the trainer's --save;
+#   - the directory: a save that a later save replaced is removed, a crashed save's .tmp
+#     directory is ignored, a full disk (ulimit -f) fails the save on every rank and keeps the
+#     previous state, from which the run then resumes bit-exactly;
+#   - bad state directories: no 'latest', an incomplete step directory, a corrupt and a
+#     truncated rank file, another model's or another run's state: one line, every rank exits
+#     non-zero, no hang;
+#   - the tests can fail: trainers built from perturbed copies of llmc/ (the data position, AdamW's
+#     t or its moment m not restored) must fail the bit-exact resume (STATE_PERTURB=0 skips).
+set -u
+cd "$(dirname "$0")/.."
+T=build/state-test
+rm -rf "$T"
+mkdir -p "$T"
+WHAT="the training-state tests"
+# shellcheck source=test/lib_mpi.sh
+source test/lib_mpi.sh   # pass, fail, MPIRUN, expect_all, perturb, ref; stops here without MPI
+
+python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 4000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
+D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+D="$D --sft-train $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin --prompts $T/data/sft_train_*.bin"
+MODEL="--layers 4 --heads 4 --channels 64 --batch 8 --seq 32 --steps 10 --lr 1e-3 --warmup 5"
+QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+
+# resume NP LABEL [BINARY] -- FLAGS...: the run that never stops, the run stopped after step 5, its
+# continuation; the two --log files must be the same bytes. Returns 1 when they differ.
+resume() {
+    local np=$1 label=$2 bin=./train_gpt2cpu W
+    shift 2
+    if [ "$1" != "--" ]; then bin=$1; shift; fi
+    shift
+    W="$T/$label"
+    rm -rf "$W"
+    mkdir -p "$W"
+    # shellcheck disable=SC2086
+    if ! $MPIRUN -np "$np" $bin $D $MODEL $QUIET "$@" --log "$W/a.log" >"$W/a.out" 2>&1 ||
+       ! $MPIRUN -np "$np" $bin $D $MODEL $QUIET "$@" --save-state "$W/S" --exit-after 5 >"$W/b1.out" 2>&1 ||
+       ! $MPIRUN -np "$np" $bin $D $MODEL $QUIET "$@" --log "$W/b.log" --resume "$W/S" --save-state "$W/S" >"$W/b.out" 2>&1; then
+        fail "resume $label: a run failed" "$(cat "$W"/*.out | grep -m2 error)"
+        return 1
+    fi
+    if cmp -s "$W/a.log" "$W/b.log" && [ "$(wc -l <"$W/b.log")" -eq 10 ]; then
+        [ "$bin" = ./train_gpt2cpu ] && pass "resume $label: stopped after step 5 of 10, the resumed --log is byte-identical"
+        return 0
+    fi
+    [ "$bin" = ./train_gpt2cpu ] && fail "resume $label: the logs differ" "$(diff "$W/a.log" "$W/b.log" | head -3)"
+    return 1
+}
+
+resume 1 one-rank --
+resume 2 ddp --
+resume 2 naive -- --dp-mode naive
+resume 2 ps-1-server -- --dp-mode ps --ps-servers 1
+resume 4 ps-2-servers -- --dp-mode ps --ps-servers 2
+resume 2 zero1 -- --zero 1
+resume 2 zero2-accum -- --zero 2 --grad-accum 2
+resume 4 zero3 -- --zero 3
+resume 2 zero2-offload -- --zero 2 --offload
+resume 2 tp2 -- --tp 2
+resume 2 tp2-sp -- --tp 2 --sp
+resume 4 dp2-tp2-zero1 -- --tp 2 --zero 1
+resume 2 pp-gpipe -- --pp 2 --grad-accum 2 --pp-schedule gpipe
+resume 2 pp-1f1b -- --pp 2 --grad-accum 2
+resume 2 pp-interleaved -- --pp 2 --grad-accum 2 --pp-schedule interleaved
+resume 2 pp-zb-h1 -- --pp 2 --grad-accum 2 --pp-schedule zb-h1
+resume 2 cp-ring -- --cp 2
+resume 2 cp-ulysses -- --cp 2 --cp-algo alltoall
+resume 2 ep2-moe -- --moe-experts 4 --moe-every 1 --ep 2
+resume 4 dp4-ep2-zero1 -- --moe-experts 4 --moe-every 2 --ep 2 --zero 1
+resume 2 sft -- --task sft --shuffle
+resume 2 rlvr-baseline-kl -- --task rlvr --group 4 --rl-mode baseline --kl 0.1
+resume 2 rlvr-grpo-tp2 -- --task rlvr --group 4 --tp 2
+
+# The resumed run of the last case saved into the same directory at the end: only step 10 is left.
+if [ "$(ls "$T/rlvr-grpo-tp2/S")" = "$(printf 'latest\nstep-00000010')" ] && grep -q step-00000010 "$T/rlvr-grpo-tp2/S/latest"; then
+    pass "a newer state replaces the older one: $(ls "$T/rlvr-grpo-tp2/S" | tr '\n' ' ')"
+else
+    fail "the state directory after a second save" "$(ls "$T/rlvr-grpo-tp2/S" | tr '\n' ' ')"
+fi
+
+# ---- resharding: saved on mesh A at step 5, continued on mesh B, against mesh A's whole run
+reshard() {
+    local label=$1 npa=$2 fa=$3 npb=$4 fb=$5 W="$T/reshard-$1"
+    rm -rf "$W"
+    mkdir -p "$W"
+    # shellcheck disable=SC2086
+    if ! $MPIRUN -np "$npa" ./train_gpt2cpu $D $MODEL $QUIET $fa --log "$W/a.log" --save "$W/a.bin" >"$W/a.out" 2>&1 ||
+       ! $MPIRUN -np "$npa" ./train_gpt2cpu $D $MODEL $QUIET $fa --save-state "$W/S" --exit-after 5 >"$W/b1.out" 2>&1 ||
+       ! $MPIRUN -np "$npb" ./train_gpt2cpu $D $MODEL $QUIET $fb --resume "$W/S" --log "$W/b.log" --save "$W/b.bin" >"$W/b.out" 2>&1; then
+        fail "reshard $label: a run failed" "$(cat "$W"/*.out | grep -m2 error)"
+        return
+    fi
+    if ! grep -q "resharded to this mesh" "$W/b.out"; then fail "reshard $label: not reported as resharded"; return; fi
+    python3 test/compare_runs.py "$W/a.log" "$W/a.bin" "$W/b.log" "$W/b.bin" --label "reshard $label: steps 6-10 match the run that did not move"
+}
+reshard "dp4-zero3-to-dp2xtp2" 4 "--zero 3" 4 "--dp 2 --tp 2"
+reshard "pp2-to-one-rank" 2 "--pp 2 --grad-accum 2" 1 "--grad-accum 2"
+reshard "ep4-to-ep2" 4 "--moe-experts 4 --moe-every 1 --ep 4" 2 "--moe-experts 4 --moe-every 1 --ep 2"
+reshard "tp2-to-dp2-zero2" 2 "--tp 2" 2 "--zero 2"
+
+# ---- the export: the state's model as llm.c's file, the same bytes as --save
+for mesh in "4|--zero 3" "4|--tp 2 --zero 1" "4|--moe-experts 4 --moe-every 2 --ep 2"; do
+    np=${mesh%%|*}; flags=${mesh#*|}
+    rm -rf "$T/export"
+    # shellcheck disable=SC2086
+    if $MPIRUN -np "$np" ./train_gpt2cpu $D $MODEL $QUIET $flags --steps 4 --save "$T/export.bin" --save-state "$T/export" >"$T/export.out" 2>&1 &&
+       python3 scripts/state_to_model.py "$T/export" "$T/exported.bin" >"$T/export.py.out" 2>&1 && cmp -s "$T/export.bin" "$T/exported.bin"; then
+        pass "state_to_model.py ($flags): the same bytes as --save"
+    else
+        fail "state_to_model.py ($flags)" "$(tail -2 "$T/export.out" "$T/export.py.out")"
+    fi
+done
+
+# ---- the directory under failures
+rm -rf "$T/crashed"   # a one-rank state at step 5, then a save at step 7 that crashed half-way
+$MPIRUN -np 1 ./train_gpt2cpu $D $MODEL $QUIET --save-state "$T/crashed" --exit-after 5 >"$T/crashed.out" 2>&1
+mkdir -p "$T/crashed/step-00000007.tmp"
+head -c 1000 "$T/crashed/step-00000005/rank-00000.bin" >"$T/crashed/step-00000007.tmp/rank-00000.bin"   # a save cut short
+if $MPIRUN -np 1 ./train_gpt2cpu $D $MODEL $QUIET --resume "$T/crashed" --log "$T/crashed.log" >"$T/crashed2.out" 2>&1 &&
+   cmp -s "$T/crashed.log" "$T/one-rank/a.log"; then
+    pass "a crashed save's step-00000007.tmp is ignored: the run resumes from step 5, byte-identical"
+else
+    fail "resume next to a crashed save" "$(grep -m2 error "$T/crashed2.out")"
+fi
+
+# A full disk: the save at step 7 cannot write its rank files (ulimit -f: files up to 100 KiB,
+# SIGXFSZ ignored by the trainer, so the write fails with EFBIG). Every rank stops with an
+# error, the step-7 directory is gone, latest still names step 5, and a resume from it is exact.
+rm -rf "$T/full"
+cp -r "$T/crashed" "$T/full"
+rm -rf "$T/full/step-00000007.tmp"
+(ulimit -f 100; $MPIRUN -np 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$T/full" --save-state "$T/full" --save-state-every 7 >"$T/full.out" 2>&1)
+rc=$?
+left=$(ls "$T/full" | tr '\n' ' ')
+if [ "$rc" -ne 0 ] && grep -q "keeps the previous state" "$T/full.out" && [ "$left" = "latest step-00000005 " ]; then
+    pass "a save into a full disk: exit $rc, '$(grep -m1 'keeps the previous' "$T/full.out" | cut -c1-120)'; left: $left"
+else
+    fail "a save into a full disk" "exit $rc, left: $left" "$(grep -m2 error "$T/full.out")"
+fi
+if $MPIRUN -np 1 ./train_gpt2cpu $D $MODEL $QUIET --resume "$T/full" --log "$T/full.log" >"$T/full2.out" 2>&1 && cmp -s "$T/full.log" "$T/one-rank/a.log"; then
+    pass "after the failed save the previous state resumes byte-identically"
+else
+    fail "resume after the failed save" "$(grep -m2 error "$T/full2.out")"
+fi
+
+# ---- bad state directories: one line on every rank, non-zero exit, no hang
+S="$T/crashed"   # a good one-rank state at step 5 (and the crashed .tmp beside it)
+mk_bad() { rm -rf "$T/bad-$1"; cp -r "$S" "$T/bad-$1"; echo "$T/bad-$1"; }
+B=$(mk_bad nolatest); rm "$B/latest"
+expect_all "state with no 'latest'" "holds no complete training state" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$B"
+B=$(mk_bad nomanifest); rm "$B/step-00000005/manifest"
+expect_all "step directory without a manifest" "which has no manifest" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$B"
+B=$(mk_bad corrupt); printf '\x55' | dd of="$B/step-00000005/rank-00000.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
+expect_all "corrupt rank file" "is corrupt: its checksum" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$B"
+B=$(mk_bad truncated); truncate -s -100 "$B/step-00000005/rank-00000.bin"
+expect_all "truncated rank file" "the manifest says .*: truncated" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$B"
+expect_all "another model's state" "holds a model with --layers 4, the flags say 3" 2 ./train_gpt2cpu $D $MODEL $QUIET --layers 3 --resume "$S"
+expect_all "another run's state" "the state was saved by a run with" 2 ./train_gpt2cpu $D $MODEL $QUIET --batch 16 --resume "$S"
+expect_all "a state that does not split on the mesh" "does not divide\|not divisible" 2 ./train_gpt2cpu $D $MODEL $QUIET --pp 3 --resume "$S"
+expect_all "--resume of a file" "no such directory" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$S/latest"
+expect_all "--resume of a missing directory" "no such directory" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$T/nowhere"
+
+# ---- the tests can fail: a resume that forgets part of the state must differ
+if [ "${STATE_PERTURB:-1}" = 1 ]; then
+    perturb_resume() {
+        local label=$1 old=$2 new=$3 dir="$T/perturbed"
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        cp -r llmc train_gpt2.cu "$dir/"
+        python3 - "$dir/llmc/train_state.h" "$old" "$new" <<'EOF' || { fail "perturbation '$label': text not found"; return; }
+import sys
+path, old, new = sys.argv[1:4]
+s = open(path).read()
+if old not in s: sys.exit(1)
+open(path, "w").write(s.replace(old, new))
+EOF
+        mpicxx -std=c++17 -O2 -fopenmp -x c++ -DLLMC_CPU -DUSE_MPI -DOMPI_SKIP_MPICXX "$dir/train_gpt2.cu" -o "$dir/train" -lm ||
+            { fail "perturbation '$label': build failed"; return; }
+        if resume 2 "perturbed-run" "$dir/train" -- --zero 1; then
+            fail "perturbation '$label' went unnoticed: the resumed log is still identical"
+        else
+            pass "perturbation '$label' fails the bit-exact resume: step $(diff "$T/perturbed-run/a.log" "$T/perturbed-run/b.log" | sed -n 2p | cut -c3-60)"
+        fi
+    }
+    perturb_resume "data position not restored" "task->set_position(task, &pos, ppath.c_str());" ""
+    perturb_resume "AdamW t not restored" "m->step = mf.adamw_t;" ""
+    perturb_resume "AdamW m not restored" "int kinds[3] = {KIND_M, KIND_V, KIND_MASTER};" "int kinds[3] = {KIND_V, KIND_V, KIND_MASTER};"
+fi
