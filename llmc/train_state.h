@@ -6,7 +6,7 @@
 //                                  each rank file's size and CRC-32
 //   DIR/step-00000005/position     where the run stands: step, AdamW's t, the sampling RNG,
 //                                  the task's data position (llmc/task.h: Position)
-//   DIR/step-00000005/log          the --log lines written so far
+//   DIR/step-00000005/log          the --log lines written so far (and metrics: the --metrics CSV)
 //   DIR/step-00000005/rank-00003.bin   rank 3's shard: parameters, master weights, AdamW m and v
 //
 // What a rank writes is what its optimizer updates (its OptSegments: llmc/parallel/dp_core.h),
@@ -254,8 +254,8 @@ static inline std::string state_mesh_text(const Plan* plan) {
 // (a different --lr or --clip is allowed: the run then continues on purpose differently).
 static inline std::string state_run_text(const TrainArgs* a) {
     char buf[256];
-    snprintf(buf, sizeof(buf), "task %s batch %d seq %d grad-accum %d steps %d seed %d", a->task, a->batch, a->seq,
-             a->grad_accum, a->steps, a->seed);
+    snprintf(buf, sizeof(buf), "task %s batch %d seq %d grad-accum %d seed %d", a->task, a->batch, a->seq, a->grad_accum,
+             a->seed);
     return buf;
 }
 
@@ -461,9 +461,14 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     std::string run = state_run_text(a), saved = mf.kv.count("run") ? mf.kv["run"] : "";
     if (run != saved) {
         die("--resume '%s': the state was saved by a run with '%s', this one has '%s': give the same --task, --batch, "
-            "--seq, --grad-accum, --steps and --seed", a->resume, saved.c_str(), run.c_str());
+            "--seq, --grad-accum and --seed", a->resume, saved.c_str(), run.c_str());
     }
+    int saved_steps = (int)position_get(&mf.kv, "steps", mpath);
     if (mf.step > a->steps) { die("--resume '%s' is at step %d, past --steps %d", a->resume, mf.step, a->steps); }
+    if (saved_steps != a->steps) {   // allowed (a run extended), but the schedule is not the saved run's
+        printf("note         --steps %d, the saved run had %d: the learning-rate schedule changes from step %d on\n", a->steps,
+               saved_steps, mf.step + 1);
+    }
     GPT2* m = plan->model;
     std::vector<StateSegment> segs = state_segments(plan);
     int kinds[3] = {KIND_M, KIND_V, KIND_MASTER};
@@ -478,8 +483,16 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     std::string ppath = mf.step_dir + "/position";
     Position pos = parse_lines(read_text_or_die(ppath), NULL);
     sample_rng->state = position_get(&pos, "trainer.sample_rng", ppath.c_str());
+    task->heldout = bits_float((int)(uint32_t)position_get(&pos, "trainer.heldout_bits", ppath.c_str()));
     task->set_position(task, &pos, ppath.c_str());
     ts->log = read_text_or_die(mf.step_dir + "/log");
+    std::string metrics = read_text_or_die(mf.step_dir + "/metrics");
+    if (task->metrics && !metrics.empty()) {   // the saved CSV (with its header) replaces the fresh header
+        if (fflush(task->metrics) != 0 || ftruncate(fileno(task->metrics), 0) != 0 || fseek(task->metrics, 0, SEEK_SET) != 0) {
+            die("cannot rewrite '%s': %s", task->metrics_tmp.c_str(), strerror(errno));
+        }
+        fputs(metrics.c_str(), task->metrics);
+    }
     ts->first_step = mf.step;
     int same = mf.kv["mesh"] == state_mesh_text(plan) && mf.world == plan->world_size;
     printf("resumed      %s at step %d (AdamW t %d), saved on %d ranks [%s]%s\n", mpath, mf.step, mf.adamw_t, mf.world,
@@ -505,6 +518,7 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     char name[32];
     snprintf(name, sizeof(name), "step-%08d", step);
     std::string final_dir = dir + "/" + name, tmp_dir = final_dir + ".tmp";
+    double t0 = wall_seconds();
     // 1. rank 0 makes the directories
     int ok = 1;
     std::string err;
@@ -568,6 +582,7 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     if (rank == 0) {
         Position pos;
         position_put(&pos, "trainer.sample_rng", sample_rng->state);
+        position_put(&pos, "trainer.heldout_bits", (uint32_t)float_bits(ts->task->heldout));   // not yet reported (NaN: none)
         ts->task->get_position(ts->task, &pos);
         std::string ptext, mtext;
         for (auto& kv : pos) { ptext += kv.first + " " + kv.second + "\n"; }
@@ -580,14 +595,20 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
                  c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_experts, c->moe_topk, c->moe_every,
                  (unsigned)float_bits(c->moe_capacity), (unsigned)float_bits(c->moe_aux));
         mtext = buf;
-        mtext += "mesh " + state_mesh_text(plan) + "\nbackend " + BACKEND_NAME + "\nrun " + state_run_text(a) + "\n";
+        mtext += "mesh " + state_mesh_text(plan) + "\nbackend " + BACKEND_NAME + "\nrun " + state_run_text(a) + "\nsteps " +
+                 std::to_string(a->steps) + "\n";
         for (int r = 0; r < nranks; r++) {
             snprintf(buf, sizeof(buf), "file rank-%05d.bin %llu %llx\n", r, infos[2 * r], infos[2 * r + 1]);
             mtext += buf;
         }
-        const char* texts[3] = {ptext.c_str(), ts->log.c_str(), mtext.c_str()};
-        const char* names[3] = {"position", "log", "manifest"};   // the manifest last
-        for (int i = 0; i < 3 && err.empty(); i++) {
+        std::string metrics;   // the --metrics CSV so far (rlvr), continued by a resumed run
+        if (ts->task->metrics) {
+            fflush(ts->task->metrics);
+            metrics = read_text_or_die(ts->task->metrics_tmp);
+        }
+        const char* texts[4] = {ptext.c_str(), ts->log.c_str(), metrics.c_str(), mtext.c_str()};
+        const char* names[4] = {"position", "log", "metrics", "manifest"};   // the manifest last
+        for (int i = 0; i < 4 && err.empty(); i++) {
             sw_open(&w, tmp_dir + "/" + names[i]);
             sw_write(&w, texts[i], strlen(texts[i]));
             if (!sw_close(&w)) { err = w.err; }
@@ -620,7 +641,11 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         if (!previous.empty() && previous != name && previous.find('/') == std::string::npos) { remove_flat_dir(dir + "/" + previous); }
         unsigned long long total = 0;
         for (int r = 0; r < nranks; r++) { total += infos[2 * r]; }
-        printf("saved state  %s (step %d, %d rank files, %.2f MiB)\n", final_dir.c_str(), step, nranks, total / 1048576.0);
+        // each parameter once: 4 bytes of parameters, m, v (and master weights): K = 12 or 16 bytes
+        unsigned long long K = 4ull * (3 + has_master), payload = K * m->num_parameters_full;
+        printf("saved state  %s (step %d, %d rank files, %.2f MiB = %llu bytes x %zu parameters + %.1f KiB of headers "
+               "and index, %.0f ms)\n", final_dir.c_str(), step, nranks, total / 1048576.0, K, m->num_parameters_full,
+               (double)(total - payload) / 1024.0, (wall_seconds() - t0) * 1e3);
     }
     MPI_Barrier(world);
 }

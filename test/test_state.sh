@@ -5,7 +5,8 @@
 #     one rank; DDP, naive, the parameter server (1 and 2 servers), ZeRO-1, ZeRO-2 (2 micro-steps),
 #     ZeRO-3, ZeRO-2 + offload; tp 2, tp 2 + sp, dp 2 x tp 2 with ZeRO-1; the four pipeline
 #     schedules; cp 2 (ring) and cp 2 (Ulysses); ep 2 (MoE) and dp 4 x ep 2 with ZeRO-1; SFT (shuffled) and
-#     RLVR (running-mean baseline with a KL penalty; GRPO with tp 2);
+#     RLVR (running-mean baseline with a KL penalty; GRPO with tp 2; its --metrics CSV with
+#     held-out accuracy, stopped at an evaluation step);
 #   - resharding: a state saved on one mesh continues on another within 1e-5 of the run that did
 #     not move (test/compare_runs.py: every step's loss and norm, every final tensor): dp 4 ZeRO-3
 #     -> dp 2 x tp 2; pp 2 -> one rank; ep 4 -> ep 2; tp 2 -> dp 2 ZeRO-2;
@@ -81,6 +82,21 @@ resume 4 dp4-ep2-zero1 -- --moe-experts 4 --moe-every 2 --ep 2 --zero 1
 resume 2 sft -- --task sft --shuffle
 resume 2 rlvr-baseline-kl -- --task rlvr --group 4 --rl-mode baseline --kl 0.1
 resume 2 rlvr-grpo-tp2 -- --task rlvr --group 4 --tp 2
+
+# RLVR's --metrics CSV (per-step rewards and the held-out accuracy of evaluations every 3 steps,
+# one of them at the stop): the resumed run's file is the uninterrupted run's, byte for byte
+W="$T/metrics"
+rm -rf "$W"
+mkdir -p "$W"
+RL="$D $MODEL $QUIET --task rlvr --group 4 --eval-every 3 --accuracy 16"
+$MPIRUN -np 2 ./train_gpt2cpu $RL --metrics "$W/a.csv" >"$W/a.out" 2>&1
+$MPIRUN -np 2 ./train_gpt2cpu $RL --metrics "$W/b1.csv" --save-state "$W/S" --exit-after 6 >"$W/b1.out" 2>&1
+$MPIRUN -np 2 ./train_gpt2cpu $RL --metrics "$W/b.csv" --resume "$W/S" >"$W/b.out" 2>&1
+if [ -s "$W/a.csv" ] && cmp -s "$W/a.csv" "$W/b.csv"; then
+    pass "resume rlvr --metrics: stopped after step 6 (an evaluation step) of 10, the resumed CSV is byte-identical"
+else
+    fail "resume rlvr --metrics" "$(diff "$W/a.csv" "$W/b.csv" | head -3)" "$(grep -h -m2 error "$W"/*.out)"
+fi
 
 # The resumed run of the last case saved into the same directory at the end: only step 10 is left.
 if [ "$(ls "$T/rlvr-grpo-tp2/S")" = "$(printf 'latest\nstep-00000010')" ] && grep -q step-00000010 "$T/rlvr-grpo-tp2/S/latest"; then
