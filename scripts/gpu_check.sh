@@ -9,7 +9,8 @@
 #      test_cuda_kernels (every llmc/cuda kernel against llmc/cpu at awkward shapes)
 #   4. test_gpt2cu against the PyTorch reference, bf16 and fp32 (test/test_reference.sh; the
 #      CUDA test also runs the determinism check: identical reruns, bit-exact save/reload)
-#   5. a 50-step training run of the default model on data/arithmetic (make data)
+#   5. a 50-step training run of the default model on data/arithmetic (make data); 5b. the
+#      training state: a run stopped after step 10 of 20 and resumed gives the same --log bytes
 #   6. throughput of GPT-2 124M: batch 16 x 1024 tokens, bf16, random tokens (--bench), with
 #      the mean tok/s and MFU of steps 2..20; on an H100 the target is MFU >= 40% (MFU_TARGET)
 #   7. tensor, sequence, pipeline and context parallelism on this machine's GPUs (only where MPI
@@ -125,6 +126,19 @@ if [ "$have_bf16" = 1 ] && run data $MAKE data; then
     row "train 50 steps (tiny, arithmetic)" "$res" "loss $first -> $last; $avg"
 else
     row "train 50 steps (tiny, arithmetic)" "FAIL" "not built or no data"
+fi
+
+# ---- 5b. the training state on the GPU: stopped after step 10 of 20 and resumed = the
+# uninterrupted run, byte for byte (bf16 parameters, fp32 master weights, m, v, data position)
+if [ "$have_bf16" = 1 ]; then
+    rm -rf "$LOG/state"
+    Q="--steps 20 --eval-every 0 --sample-every 0 --accuracy 0"
+    if run state_a ./train_gpt2cu $Q --log "$LOG/state_a.txt" && run state_b1 ./train_gpt2cu $Q --save-state "$LOG/state" --exit-after 10 &&
+       run state_b ./train_gpt2cu $Q --resume "$LOG/state" --log "$LOG/state_b.txt" && cmp -s "$LOG/state_a.txt" "$LOG/state_b.txt"; then
+        row "training state: stop at 10 of 20, resume" "PASS" "byte-identical --log; $(grep -m1 '^saved state' "$LOG/state_b1.log" | sed 's/.*rank files, //; s/)$//')"
+    else
+        row "training state: stop at 10 of 20, resume" "FAIL" "see $LOG/state_*.log"
+    fi
 fi
 
 # ---- 6. GPT-2 124M throughput, batch 16 x 1024, bf16
