@@ -2,8 +2,8 @@
 // or on another one (doc/training-state.md).
 //
 //   DIR/latest                     "step-00000005": the newest COMPLETE state (written last)
-//   DIR/step-00000005/manifest     the mesh it was saved on, the model, the run's flags, and
-//                                  each rank file's size and CRC-32
+//   DIR/step-00000005/manifest     the mesh it was saved on, the model, the run's flags, each
+//                                  tensor's place and split rule, each rank file's size and CRC-32
 //   DIR/step-00000005/position     where the run stands: step, AdamW's t, the sampling RNG,
 //                                  the task's data position (llmc/task.h: Position)
 //   DIR/step-00000005/log          the --log lines written so far (and metrics: the --metrics CSV)
@@ -597,6 +597,18 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         mtext = buf;
         mtext += "mesh " + state_mesh_text(plan) + "\nbackend " + BACKEND_NAME + "\nrun " + state_run_text(a) + "\nsteps " +
                  std::to_string(a->steps) + "\n";
+        // each tensor's place in the full model and how the mesh splits it (for the reader: the rank files
+        // address the full model, so loading needs none of this)
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            const ParamInfo* p = &m->full_info[i];
+            std::string shape;
+            for (int d = 0; d < p->ndim; d++) { shape += (d ? "x" : "") + std::to_string(p->full[d]); }
+            static const char* sets[] = {"all", "dense", "moe"};
+            snprintf(buf, sizeof(buf), "tensor %s offset %zu numel %zu shape %s tp-split %s layers %s%s\n", p->name, p->offset,
+                     p->numel, p->numel ? shape.c_str() : "-", shard_name(p->shard), p->layered ? sets[p->layers] : "-",
+                     p->experts ? " ep-split experts" : "");
+            mtext += buf;
+        }
         for (int r = 0; r < nranks; r++) {
             snprintf(buf, sizeof(buf), "file rank-%05d.bin %llu %llx\n", r, infos[2 * r], infos[2 * r + 1]);
             mtext += buf;
