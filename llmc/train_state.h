@@ -497,6 +497,10 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     int same = mf.kv["mesh"] == state_mesh_text(plan) && mf.world == plan->world_size;
     printf("resumed      %s at step %d (AdamW t %d), saved on %d ranks [%s]%s\n", mpath, mf.step, mf.adamw_t, mf.world,
            mf.kv["mesh"].c_str(), same ? "" : ": resharded to this mesh");
+    if (mf.kv["backend"] != BACKEND_NAME) {   // bf16 <-> fp32: the fp32 values carry over, the rounding differs
+        printf("note         saved by the %s backend, continued on the %s one\n", mf.kv["backend"].c_str(), BACKEND_NAME);
+    }
+    if (a->load) { printf("note         the weights come from the state; --load '%s' only seeds what the task builds from it (RLVR's reference)\n", a->load); }
 }
 
 // Whether the state is saved before step `step` (after `step` updates): every

@@ -11,7 +11,8 @@
 #       state save/resume of llmc/state.h (test_gpt2cu --determinism: save at 5, reload,
 #       continue to 10) is bit-identical to the uninterrupted run; the trainer's training state
 #       (--save-state, --exit-after 5, --resume; one rank and ZeRO-1 on 2) gives the same --log
-#       bytes as the uninterrupted run;
+#       bytes as the uninterrupted run, and the bf16 state continues on train_gpt2cpu within (a)'s
+#       tolerances;
 #   (d) the bf16 build's command-line errors: one line and exit 1.
 # Needs: make build/emu/train_gpt2cu build/emu/train_gpt2cu_fp32 build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
 # Prints PASS/FAIL lines; exits 1 on any FAIL. About a minute on 2 cores.
@@ -104,6 +105,12 @@ if [ -s "$T/ts.log" ] && cmp -s "$T/ts.log" "$T/bf16_a.log"; then
 else
     fail "training state resume (emulated bf16)" "$(grep -h -m2 error "$T/ts1.out" "$T/ts2.out")" "$(diff "$T/ts.log" "$T/bf16_a.log" | head -3)"
 fi
+# the bf16 state continued by the fp32 CPU trainer (from the master weights): steps 6-10 within
+# the bf16 tolerances of (a) of the emulated run that never stopped
+./train_gpt2cpu $D $SMALL --steps 10 --resume "$T/tstate" --log "$T/ts_cpu.log" >"$T/ts3.out" 2>&1 ||
+    fail "the bf16 state on the CPU trainer" "$(grep -m2 error "$T/ts3.out")"
+compare_logs "the bf16 state (step 5) continued by train_gpt2cpu vs the emulated bf16 run" "$T/bf16_a.log" "$T/ts_cpu.log" 8e-4 1e-2 ||
+    failures=$((failures + 1))
 if command -v mpirun >/dev/null; then   # ZeRO-1 on 2 ranks: each rank's block of master, m, v
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     EMUMPI="timeout 300 mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2"
