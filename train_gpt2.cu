@@ -19,6 +19,7 @@
 #include "llmc/trace.h"
 #include "llmc/step.h"
 #include "llmc/parallel/plan.h"
+#include "llmc/guard.h"
 #include "llmc/tasks/tasks.h"
 #include "llmc/train_state.h"
 
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
     parse_train_args(argc, argv, &args);
     Plan plan;
     plan_init(&plan, &argc, &argv, &args);   // MPI, the mesh, this rank's device, one voice
+    Guard guard;
+    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/guard.h)
+    guard_check_outputs(&args, plan.rank);   // every output path writable, before any work
 
     // ---- the model, the batch, the task
     GPT2 model;
@@ -84,14 +88,14 @@ int main(int argc, char** argv) {
         }
         if (train_state_due(&state, step)) { train_state_save(&state, step, &sample_rng); }
         if (args.exit_after > 0 && step == args.exit_after) {   // as a pre-empted job: no final evaluation or --save
-            printf("stopping after step %d (--exit-after): continue with --resume %s\n", step, args.save_state ? args.save_state : "DIR");
+            printf("stopping after step %d (--exit-after): continue with --resume %s\n", step, args.save_state);
             stopped = 1;
             break;
         }
         if (last) { break; }
 
         double t0 = wall_seconds();
-        float dloss = task.begin_step(&task, step);
+        float dloss = guard_dloss(&guard, step, task.begin_step(&task, step));   // progress mark, --on-nan, --fault
         plan_zero_grad(&plan);
         MicroBatchSource batches = task_batches(&task);
         float loss = plan.step.run(plan.step.ctx, &model, &batches, args.grad_accum, dloss);
@@ -100,9 +104,7 @@ int main(int argc, char** argv) {
         loss = task.step_loss(&task, plan_mean(&plan, loss));
         backend_synchronize();
         double dt = wall_seconds() - t0;
-        if (!isfinite(loss) || !isfinite(norm)) {
-            die("step %d: loss %f, gradient norm %f: training diverged (try a lower --lr)", step + 1, loss, norm);
-        }
+        guard_step_end(&guard, step, loss, norm);   // a non-finite loss or norm: stop naming the tensor, or skip (--on-nan)
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
         double peak = backend_peak_flops();
         print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * task.micro[0].T,
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
     }
     if (args.trace) { plan_write_trace(&plan, args.trace); }
     gpt2_free(&model);
+    guard_free(&guard);   // the watchdog, before MPI ends
     plan_free(&plan);
     return 0;
 }

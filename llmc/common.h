@@ -1,6 +1,8 @@
 // Small helpers shared by every file: fatal errors, checked file I/O, timing.
-// Every error in this project ends in die(): one line naming the problem, then a
-// non-zero exit (on every rank, once MPI arrives: see llmc/comm/).
+// Every error in this project ends in die(): one line naming the problem (and, in a run of
+// several ranks, the rank that found it), then a non-zero exit; mpirun then ends the other
+// ranks. die() also removes the temporary files this process was writing, so a run that fails
+// leaves no half-written "<path>.tmp" behind (doc/errors.md lists the messages).
 #pragma once
 
 #include <stdio.h>
@@ -11,22 +13,116 @@
 #include <errno.h>
 #include <math.h>
 #include <time.h>
+#include <unistd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <atomic>
+#include <mutex>
 #include <string>
+#include <vector>
 
-// Print "error: <message>" and exit(1). The one way this project reports a fatal error.
-__attribute__((format(printf, 1, 2), noreturn))
-static inline void die(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+// ---- which rank is speaking: "error: [rank 3] ..." once a run has several ranks (-1: one process)
+static inline int* die_rank_slot() { static int rank = -1; return &rank; }
+// plan_init sets it as soon as MPI knows the ranks
+static inline void die_set_rank(int rank, int world_size) { *die_rank_slot() = world_size > 1 ? rank : -1; }
+// before MPI starts (the trainer's flags are checked first), the launcher's environment says it:
+// Open MPI's mpirun, or MPICH's / Slurm's PMI
+static inline void die_set_rank_from_launcher() {
+    const char* names[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}};
+    for (auto& n : names) {
+        const char *rank = getenv(n[0]), *size = getenv(n[1]);
+        if (rank && size) { die_set_rank(atoi(rank), atoi(size)); return; }
+    }
+}
+
+// ---- temporary files being written ("<path>.tmp", see fopen_tmp_for_write): die() removes them
+struct TmpFileList {
+    std::mutex mu;
+    std::vector<std::string> paths;
+};
+static inline TmpFileList* tmp_file_list() {
+    static TmpFileList* list = new TmpFileList;   // never destroyed: die() may run during exit
+    return list;
+}
+static inline void tmp_file_add(const std::string& path) {
+    TmpFileList* l = tmp_file_list();
+    std::lock_guard<std::mutex> lock(l->mu);
+    l->paths.push_back(path);
+}
+static inline void tmp_file_forget(const std::string& path) {
+    TmpFileList* l = tmp_file_list();
+    std::lock_guard<std::mutex> lock(l->mu);
+    for (size_t i = 0; i < l->paths.size(); i++) {
+        if (l->paths[i] == path) { l->paths.erase(l->paths.begin() + (long)i); return; }
+    }
+}
+static inline void tmp_file_remove_all() {
+    TmpFileList* l = tmp_file_list();
+    std::lock_guard<std::mutex> lock(l->mu);
+    for (const std::string& p : l->paths) { unlink(p.c_str()); }
+    l->paths.clear();
+}
+// A signal that ends the process (mpirun's SIGTERM to the other ranks when one fails, a closed
+// stdout pipe, Ctrl-C; llmc/guard.h installs it): the temporary files go too, then the signal
+// does what it would have done. (No lock in a signal handler: the list is only read, and unlink
+// is safe there.)
+static inline void tmp_file_signal_handler(int sig) {
+    for (const std::string& p : tmp_file_list()->paths) { unlink(p.c_str()); }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+// Remove the temporary files, print "error: <message>" (one whole line, written with one
+// write(2) so that ranks dying at once, or mpirun --tag-output, never cut it into pieces) and
+// exit(1). The one way this project reports a fatal error.
+__attribute__((noreturn))
+static inline void die_message(const char* message) {
+    static std::atomic<int> dying{0};
+    static thread_local int in_die = 0;
+    if (in_die) { _exit(1); }   // die() again while exiting (an exit handler): just go
+    in_die = 1;
+    if (dying.exchange(1)) {    // another thread of this process is reporting: it ends the process
+        for (;;) { pause(); }
+    }
+    tmp_file_remove_all();   // first: a rank that fails may be ended by mpirun any moment now
     fflush(stdout);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
+    int rank = *die_rank_slot();
+    size_t len = strlen(message);
+    if (rank >= 0) {   // the rank comes first: drop an older " [rank N]" at the end of the message
+        const char* tail = strrchr(message, '[');
+        int r, end = 0;
+        if (tail && tail > message && tail[-1] == ' ' && sscanf(tail, "[rank %d]%n", &r, &end) == 1 && tail[end] == 0) {
+            len = (size_t)(tail - 1 - message);
+        }
+    }
+    char line[4096];
+    int n = rank >= 0 ? snprintf(line, sizeof(line), "error: [rank %d] %.*s\n", rank, (int)len, message)
+                      : snprintf(line, sizeof(line), "error: %.*s\n", (int)len, message);
+    if (n < 0) { n = 0; }
+    if ((size_t)n >= sizeof(line)) { n = (int)sizeof(line) - 1; line[n - 1] = '\n'; }   // cut, still one line
+    fflush(stderr);
+    for (int done = 0; done < n;) {
+        ssize_t w = write(2, line + done, (size_t)(n - done));
+        if (w <= 0) { break; }
+        done += (int)w;
+    }
     exit(1);
 }
 
+__attribute__((format(printf, 1, 2), noreturn))
+static inline void die(const char* fmt, ...) {
+    char message[3072];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    die_message(message);
+}
+
+// A directory opens for reading on Linux and then reads nothing: name it instead.
 static inline FILE* fopen_or_die(const char* path, const char* mode) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die("'%s' is a directory, expected a file", path); }
     FILE* f = fopen(path, mode);
     if (f == NULL) {
         die("cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
@@ -57,18 +153,24 @@ static inline long file_size_or_die(FILE* f, const char* path) {
 }
 
 // Files are written to "<path>.tmp" and renamed over <path> only once complete, so an
-// interrupted save never leaves a partial file that looks finished.
+// interrupted save never leaves a partial file that looks finished. The temporary file is on
+// the process's list until the rename: a die() before it (a failed write, a diverged run)
+// removes it, and a failed rename too.
 static inline FILE* fopen_tmp_for_write(const char* path, std::string* tmp_path) {
     *tmp_path = std::string(path) + ".tmp";
-    return fopen_or_die(tmp_path->c_str(), "wb");
+    FILE* f = fopen_or_die(tmp_path->c_str(), "wb");
+    tmp_file_add(*tmp_path);
+    return f;
 }
 
 static inline void fclose_and_rename(FILE* f, const std::string& tmp_path, const char* path) {
-    if (fflush(f) != 0 || ferror(f)) { die("writing '%s' failed", tmp_path.c_str()); }
-    fclose(f);
+    int failed = fflush(f) != 0 || ferror(f), err = errno;
+    if (fclose(f) != 0 && !failed) { failed = 1; err = errno; }
+    if (failed) { die("writing '%s' failed: %s", tmp_path.c_str(), strerror(err)); }   // (a full disk: EFBIG, ENOSPC)
     if (rename(tmp_path.c_str(), path) != 0) {
-        die("cannot rename '%s' to '%s': %s", tmp_path.c_str(), path, strerror(errno));
+        die("cannot rename '%s' to '%s': %s", tmp_path.c_str(), path, strerror(errno));   // die removes the .tmp
     }
+    tmp_file_forget(tmp_path);
 }
 
 static inline double wall_seconds() {

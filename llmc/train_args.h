@@ -66,10 +66,11 @@ typedef struct {
     int exit_after;             // stop after this step, as a pre-empted job would (0: never)
     float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
     const char* on_nan;         // stop or skip
-    const char* fault;          // fault injection for the tests: hang:RANK:STEP, nan:STEP
+    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, kill:RANK:STEP (llmc/guard.h)
 } TrainArgs;
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
+    die_set_rank_from_launcher();   // a bad flag under mpirun: "error: [rank R] ..." before MPI starts
     *a = TrainArgs{};
     a->model = "tiny";
     a->train_data = "data/arithmetic/train_*.bin";
@@ -169,7 +170,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"exit-after", ARG_INT, &a->exit_after, "stop after this step as a pre-empted job would (saving the state first), 0 = never"},
         {"comm-timeout", ARG_FLOAT, &a->comm_timeout, "seconds a rank waits for another before it ends the job, 0 = forever"},
         {"on-nan", ARG_STRING, &a->on_nan, "a non-finite loss or gradient norm: stop (name the step and tensor) or skip the update"},
-        {"fault", ARG_STRING, &a->fault, "tests only: inject a fault, hang:RANK:STEP or nan:STEP"},
+        {"fault", ARG_STRING, &a->fault, "tests only: inject a fault at the start of step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP, kill:RANK:STEP"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
@@ -284,6 +285,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if (strcmp(a->on_nan, "stop") != 0 && strcmp(a->on_nan, "skip") != 0) { die("--on-nan must be stop or skip, got '%s'", a->on_nan); }
     if (a->save_state_every > 0 && !a->save_state) { die("--save-state-every %d needs --save-state DIR", a->save_state_every); }
     if (a->exit_after > 0 && a->exit_after >= a->steps) { die("--exit-after %d must be below --steps %d", a->exit_after, a->steps); }
+    if (a->exit_after > 0 && !a->save_state) { die("--exit-after %d stops the run to continue it later: add --save-state DIR", a->exit_after); }
     if (strcmp(a->task, "pretrain") != 0 && strcmp(a->task, "sft") != 0 && strcmp(a->task, "rlvr") != 0) {
         die("--task must be pretrain, sft or rlvr, got '%s'", a->task);
     }

@@ -528,7 +528,15 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     std::string err;
     if (rank == 0) {
         if (!is_dir(dir) && mkdir(dir.c_str(), 0755) != 0) { err = "cannot create '" + dir + "': " + strerror(errno); }
-        remove_flat_dir(tmp_dir);   // left by a save that crashed
+        if (DIR* d = opendir(dir.c_str())) {   // step-*.tmp: left by saves that crashed (never published)
+            std::vector<std::string> stale;
+            while (struct dirent* e = readdir(d)) {
+                std::string n = e->d_name;
+                if (n.compare(0, 5, "step-") == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) { stale.push_back(n); }
+            }
+            closedir(d);
+            for (const std::string& n : stale) { remove_flat_dir(dir + "/" + n); }
+        }
         if (err.empty() && mkdir(tmp_dir.c_str(), 0755) != 0) { err = "cannot create '" + tmp_dir + "': " + strerror(errno); }
         ok = err.empty();
     }

@@ -30,7 +30,8 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # and the suites took 667 s.)
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
 # Measured alone on 2 idle cores: nvcc 330 s, data-parallel 95, tasks 85, collectives 55,
-# build-config 20, collbench 15, pipeline 50, the others under 10 each.
+# build-config 20, collbench 15, pipeline 50, errors 35 (doc/errors.md's rows, four at a time),
+# failures 40 (NaN, kill, hang, full disk), the others under 10 each.
 suite kernels       fast 1 ./test_kernelscpu
 suite reference     fast 2 bash test/test_reference.sh
 suite trainer       fast 1 bash test/test_trainer.sh
@@ -53,6 +54,8 @@ suite expert-parallel full 2 bash test/test_moe.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite training-state full 1 bash test/test_state.sh
 suite build-config  full 2 bash test/test_build_config.sh
+suite errors        full 1 bash test/test_errors.sh
+suite failures      full 2 bash test/test_failures.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-pp 25, emu-lab 25.

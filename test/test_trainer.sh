@@ -77,7 +77,7 @@ else
     fail "checkpoint round trip" "$(tail -2 "$T/run_b.log")"
 fi
 if [ ! -e "$T/a.bin.tmp" ] && [ ! -e "$T/b.bin.tmp" ]; then pass "no .tmp file left after saving"; else fail "a .tmp file was left behind"; fi
-expect_error "save into a missing directory" "cannot open '$T/no/such/dir/c.bin.tmp'" $TRAIN --steps 1 --save "$T/no/such/dir/c.bin"
+expect_error "save into a missing directory (checked before training)" "\-\-save '$T/no/such/dir/c.bin': the directory '$T/no/such/dir' does not exist" $TRAIN --steps 1 --save "$T/no/such/dir/c.bin"
 if [ ! -e "$T/no/such/dir/c.bin" ]; then pass "failed save leaves no file"; else fail "failed save left a file"; fi
 
 python3 - "$T" <<'EOF'

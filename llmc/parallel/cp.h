@@ -135,8 +135,8 @@ static inline GPT2Step cp_step(ContextParallel* cp, GPT2Step inner) {
 static inline void cp_check(const GPT2* model, int cp, CPAlgo algo, int zigzag, int T) {
     int parts = zigzag ? 2 * cp : cp, NH = model->config.num_heads / model->place.tp;
     if (T % parts != 0) {
-        die("context parallelism: the sequence length %d is not divisible by %d (%s) [rank %d]", T, parts,
-            zigzag ? "2 cp chunks for the zigzag split" : "cp", model->place.tp_rank);
+        die("context parallelism: the sequence length %d is not divisible by %d (%s)", T, parts,
+            zigzag ? "2 cp chunks for the zigzag split" : "cp");
     }
     if (algo == CP_ALLTOALL && NH % cp != 0) {
         die("--cp-algo alltoall splits the %d heads%s over cp %d: not divisible", NH, model->place.tp > 1 ? " of a tp rank" : "", cp);

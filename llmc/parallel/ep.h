@@ -141,8 +141,7 @@ static inline void ep_init(ExpertParallel* ep, GPT2* model, Comm* dp_comm, DataP
     memset((void*)ep, 0, sizeof(*ep));
     int n = model->place.ep, r = dp_comm->rank;
     if (dp_comm->size % n != 0) {
-        die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them [rank %d]", n, dp_comm->size,
-            dp_comm->rank);
+        die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them", n, dp_comm->size);
     }
     ep->model = model;
     ep->ep = n;

@@ -36,11 +36,11 @@ static inline Mesh mesh_init(Comm* world, int dp, int pp, int cp, int tp) {
     memset(&m, 0, sizeof(m));
     int sizes[4] = {dp, pp, cp, tp};
     for (int d = 0; d < 4; d++) {
-        if (sizes[d] < 1) { die("--%s must be >= 1, got %d [rank %d]", MESH_NAMES[d], sizes[d], world->rank); }
+        if (sizes[d] < 1) { die("--%s must be >= 1, got %d", MESH_NAMES[d], sizes[d]); }
     }
     if (dp * pp * cp * tp != world->size) {
-        die("the mesh dp %d x pp %d x cp %d x tp %d = %d ranks, but mpirun started %d [rank %d]", dp, pp, cp, tp,
-            dp * pp * cp * tp, world->size, world->rank);
+        die("the mesh dp %d x pp %d x cp %d x tp %d = %d ranks, but mpirun started %d", dp, pp, cp, tp,
+            dp * pp * cp * tp, world->size);
     }
     memcpy(m.size, sizes, sizeof(sizes));
     int r = world->rank;

@@ -90,7 +90,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
     // parallelism the main thread's collectives and messages on the tp and pp groups run while
     // the thread reduces gradients on the dp group, which needs MPI_THREAD_MULTIPLE.
-    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1;
+    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1 || args->comm_timeout > 0;   // (+ the watchdog: llmc/guard.h)
     int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
@@ -99,6 +99,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     }
     plan->world = comm_init_world(argc, argv);
     plan->rank = plan->world.rank;
+    die_set_rank(plan->world.rank, plan->world.size);   // errors from here on: "error: [rank R] ..."
     plan->world_size = plan->world.size;
     plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
     int model_ranks = args->tp * args->pp * args->cp;

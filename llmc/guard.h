@@ -1,0 +1,388 @@
+// What the trainer does when something goes wrong (issue 21), so that a run ends with one clear
+// line instead of a hang, a half-written file or a silent NaN (doc/errors.md lists the messages):
+//   guard_init           after plan_init: SIGXFSZ ignored (a write past the file-size limit then
+//                        fails with EFBIG and is reported, instead of killing the process
+//                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
+//                        --fault read, and with --comm-timeout the watchdog started
+//   guard_check_outputs  every output path (--save, --log, --trace, --metrics, --save-state)
+//                        checked before any work: one error before step 1, nothing written
+//   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
+//                        model, and the faults the tests inject (nan, hang, kill)
+//   guard_step_end       after the update: a non-finite loss or gradient norm stops the run,
+//                        naming the step and the first tensor whose gradient is not finite
+//                        (--on-nan stop), or skips the step's update (--on-nan skip)
+//
+// The watchdog (--comm-timeout T): a rank that DIES ends the job by itself (mpirun ends the other
+// ranks within a second); a rank that HANGS would leave the others waiting in a collective
+// forever. Each rank runs a watchdog thread. The main thread marks its progress twice a step
+// (it started step s, it ended step s); when a rank's main thread has not moved for T seconds,
+// its watchdog ends the process with one line naming the rank that stopped answering. To know
+// which one, the watchdogs send each other their rank's last mark every 0.25 s (non-blocking
+// sends and receives on a communicator of their own, polled with MPI_Test, so a frozen peer never
+// blocks them): the hung rank is the one whose mark is behind the others' (it ended step s and
+// never started step s+1, where the others wait for it), or the one whose heartbeats stopped (the
+// whole process is frozen). When every rank is inside the same step, the one that hangs inside
+// it cannot be told from the ones waiting for it, and the line says so. Marks are made in the
+// trainer's loop only: T must exceed the longest step, evaluation, sampling and checkpoint
+// between two steps included. The watchdog is armed at the first step and stops after the last
+// (the final evaluation and saves are not watched).
+#pragma once
+
+#include <signal.h>
+#include <math.h>
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+#include "common.h"
+#include "gpt2.h"
+#include "train_args.h"
+#include "parallel/plan.h"
+
+enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL };
+
+typedef struct Guard {
+    const TrainArgs* args;
+    Plan* plan;
+    int rank, world_size;
+    int fault, fault_rank, fault_step;   // --fault: what, on which rank (-1: all), at the start of which step (from 1)
+    // progress of the main thread: 0 before the first step, 2s+1 in step s, 2s+2 after it (s from 0)
+    std::atomic<long long> mark{0};
+    std::atomic<double> last_progress{0.0};   // wall_seconds() of the last mark
+    // the watchdog
+    double timeout;                // --comm-timeout (0: none)
+    std::thread thread;
+    std::atomic<int> stop{0};
+    int heartbeats;                // 1: the watchdogs exchange marks on hb (several ranks, the MPI build)
+    MPI_Comm hb;
+} Guard;
+
+// ---------------------------------------------------------------------------------------
+// The watchdog
+
+#define GUARD_TAG 7321   // the heartbeats' tag on the guard's own communicator
+
+// "at the end of step 3", "in step 4", "before step 1" (steps printed from 1)
+static inline std::string guard_mark_name(long long mark) {
+    char buf[64];
+    if (mark <= 0) { snprintf(buf, sizeof(buf), "before step 1"); }
+    else if (mark % 2 == 1) { snprintf(buf, sizeof(buf), "in step %lld", (mark + 1) / 2); }
+    else { snprintf(buf, sizeof(buf), "at the end of step %lld", mark / 2); }
+    return buf;
+}
+
+// The verdict once this rank made no progress for the timeout: which rank stopped answering,
+// from the marks of every rank (marks[r]) and the time since each was last heard of (quiet[r]).
+static inline std::string guard_verdict(const Guard* g, const std::vector<long long>& marks, const std::vector<double>& quiet) {
+    int n = g->world_size;
+    if (n == 1) { return "the run's only rank stopped " + guard_mark_name(marks[0]); }
+    double silent_after = std::max(3.0, g->timeout / 2);
+    std::string who, why;
+    int count = 0;
+    for (int r = 0; r < n; r++) {   // heartbeats stopped: the whole process is frozen (or gone)
+        if (quiet[r] > silent_after) {
+            who += (count++ ? ", " : "") + std::to_string(r);
+            why = "no heartbeat for " + std::to_string((int)quiet[r]) + " s: the process is frozen or gone; last seen " +
+                  guard_mark_name(marks[r]);
+        }
+    }
+    if (count == 0) {   // the rank(s) behind the others
+        long long lo = marks[0], hi = marks[0];
+        for (int r = 1; r < n; r++) { lo = std::min(lo, marks[r]); hi = std::max(hi, marks[r]); }
+        if (lo == hi) {
+            return "every rank is " + guard_mark_name(lo) +
+                   " and still answers heartbeats: a communication of that step never completed, and the rank that "
+                   "hangs inside it cannot be told from those waiting for it";
+        }
+        for (int r = 0; r < n; r++) {
+            if (marks[r] == lo) { who += (count++ ? ", " : "") + std::to_string(r); }
+        }
+        why = "last seen " + guard_mark_name(lo) + "; it is not in a communication call: the other ranks are " +
+              guard_mark_name(hi) + ", waiting for it";
+    }
+    return std::string(count > 1 ? "ranks " : "rank ") + who + " stopped answering (" + why + ")";
+}
+
+static inline void guard_watchdog(Guard* g) {
+    const double poll = 0.05;
+    int me = g->rank, n = g->world_size;
+    std::vector<long long> peer(n, 0), sendbuf(n, 0), recvbuf(n, 0);
+    std::vector<double> heard(n, wall_seconds());
+#ifdef USE_MPI
+    const double beat = 0.25;
+    double last_beat = -1.0;
+    std::vector<MPI_Request> sreq(n, MPI_REQUEST_NULL), rreq(n, MPI_REQUEST_NULL);
+    if (g->heartbeats) {
+        for (int p = 0; p < n; p++) {
+            if (p != me) { MPI_Irecv(&recvbuf[p], 1, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
+        }
+    }
+#endif
+    while (!g->stop.load()) {
+        double now = wall_seconds();
+        long long mine = g->mark.load();
+#ifdef USE_MPI
+        if (g->heartbeats) {
+            if (now - last_beat >= beat) {   // send this rank's mark to every peer (skip a peer whose last one is still out)
+                for (int p = 0; p < n; p++) {
+                    if (p == me) { continue; }
+                    int done = 1;
+                    if (sreq[p] != MPI_REQUEST_NULL) { MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE); }
+                    if (!done) { continue; }
+                    sendbuf[p] = mine;
+                    MPI_Isend(&sendbuf[p], 1, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
+                }
+                last_beat = now;
+            }
+            for (int p = 0; p < n; p++) {   // take every heartbeat that has arrived
+                if (p == me) { continue; }
+                for (;;) {
+                    int done = 0;
+                    MPI_Test(&rreq[p], &done, MPI_STATUS_IGNORE);
+                    if (!done) { break; }
+                    peer[p] = recvbuf[p];
+                    heard[p] = now;
+                    MPI_Irecv(&recvbuf[p], 1, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
+                }
+            }
+        }
+#endif
+        double idle = now - g->last_progress.load();
+        if (mine > 0 && idle > g->timeout) {
+            std::vector<long long> marks(peer);
+            std::vector<double> quiet(n, 0.0);
+            marks[me] = mine;
+            for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : now - heard[p]; }
+            std::string verdict = guard_verdict(g, marks, quiet);
+            die("no progress for %.0f s (--comm-timeout %g): %s", idle, g->timeout, verdict.c_str());
+        }
+        struct timespec ts = {0, (long)(poll * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+#ifdef USE_MPI
+    if (g->heartbeats) {   // leave nothing pending: receives cancelled, sends finished (they are small: sent eagerly)
+        for (int p = 0; p < n; p++) {
+            if (p == me) { continue; }
+            MPI_Cancel(&rreq[p]);
+            MPI_Wait(&rreq[p], MPI_STATUS_IGNORE);
+            for (int i = 0; i < 200 && sreq[p] != MPI_REQUEST_NULL; i++) {
+                int done = 0;
+                MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE);
+                if (!done) { struct timespec ts = {0, 5000000}; nanosleep(&ts, NULL); }
+            }
+        }
+    }
+#endif
+}
+
+// The main thread's progress: at each step's start and end
+static inline void guard_mark(Guard* g, long long mark) {
+    g->last_progress.store(wall_seconds());
+    g->mark.store(mark);
+}
+
+// The watchdog stops (after the run's last step, and at the end): idempotent
+static inline void guard_stop(Guard* g) {
+    if (!g->thread.joinable()) { return; }
+    g->stop.store(1);
+    g->thread.join();
+}
+static inline void guard_free(Guard* g) { guard_stop(g); }
+
+// ---------------------------------------------------------------------------------------
+// Set-up
+
+// --fault nan:STEP | hang:RANK:STEP | kill:RANK:STEP (steps from 1, as printed)
+static inline void guard_parse_fault(Guard* g, const char* s) {
+    g->fault = FAULT_NONE;
+    g->fault_rank = -1;
+    g->fault_step = 0;
+    if (s == NULL) { return; }
+    int a = 0, b = 0, end = 0;
+    if (sscanf(s, "nan:%d%n", &a, &end) == 1 && s[end] == 0 && a >= 1) {
+        g->fault = FAULT_NAN;
+        g->fault_step = a;
+    } else if (sscanf(s, "hang:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
+        g->fault = FAULT_HANG;
+        g->fault_rank = a;
+        g->fault_step = b;
+    } else if (sscanf(s, "kill:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
+        g->fault = FAULT_KILL;
+        g->fault_rank = a;
+        g->fault_step = b;
+    } else {
+        die("--fault must be nan:STEP, hang:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
+    }
+    if (g->fault_rank >= g->world_size) {
+        die("--fault %s: there is no rank %d (the run has %d ranks)", s, g->fault_rank, g->world_size);
+    }
+}
+
+// After plan_init, on every rank (collective: the watchdogs' communicator is made here).
+static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
+    signal(SIGXFSZ, SIG_IGN);   // past the file-size limit: write fails with EFBIG, and we say so
+    // ended from outside: mpirun ends the other ranks with SIGTERM, and rank 0, which prints, may meet
+    // the closed pipe of its stdout first (SIGPIPE); no .tmp is left either way
+    int ends[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+    for (int sig : ends) { signal(sig, tmp_file_signal_handler); }
+    g->args = args;
+    g->plan = plan;
+    g->rank = plan->rank;
+    g->world_size = plan->world_size;
+    guard_parse_fault(g, args->fault);
+    g->mark.store(0);
+    g->last_progress.store(wall_seconds());
+    g->timeout = args->comm_timeout;
+    g->heartbeats = 0;
+    g->hb = MPI_COMM_NULL;
+    g->stop.store(0);
+    if (g->timeout <= 0) { return; }
+#ifdef USE_MPI
+    if (g->world_size > 1) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &g->hb);   // the heartbeats never meet the run's messages
+        g->heartbeats = 1;
+    }
+#endif
+    g->thread = std::thread(guard_watchdog, g);
+}
+
+// ---------------------------------------------------------------------------------------
+// Output paths, checked before any work
+
+// One output: a file (written as "<path>.tmp", then renamed), or a directory (--save-state).
+static inline void guard_check_output(const char* flag, const char* path, int is_dir) {
+    struct stat st;
+    std::string p(path);
+    if (p.empty()) { die("--%s: the path is empty", flag); }
+    if (!is_dir && p.back() == '/') { die("--%s '%s' ends in '/': it takes a file name", flag, path); }
+    int exists = stat(path, &st) == 0;
+    if (exists && is_dir && !S_ISDIR(st.st_mode)) {
+        die("--%s '%s' exists and is not a directory (the training state is a directory)", flag, path);
+    }
+    if (exists && !is_dir && S_ISDIR(st.st_mode)) { die("--%s '%s' is a directory; it takes a file name", flag, path); }
+    if (exists && !is_dir && !S_ISREG(st.st_mode)) {
+        die("--%s '%s' is not a regular file (the write ends by renaming '%s.tmp' over it)", flag, path, path);
+    }
+    if (!is_dir) {
+        std::string tmp = p + ".tmp";
+        if (stat(tmp.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+            die("--%s '%s': its temporary file '%s' is a directory", flag, path, tmp.c_str());
+        }
+    }
+    // the directory the file (or the state directory) goes into
+    std::string dir;
+    if (is_dir && exists) {
+        dir = p;
+    } else {
+        while (p.size() > 1 && p.back() == '/') { p.pop_back(); }
+        size_t slash = p.rfind('/');
+        dir = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+    }
+    if (stat(dir.c_str(), &st) != 0) { die("--%s '%s': the directory '%s' does not exist", flag, path, dir.c_str()); }
+    if (!S_ISDIR(st.st_mode)) { die("--%s '%s': '%s' is not a directory", flag, path, dir.c_str()); }
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
+        die("--%s '%s': cannot write into '%s': %s", flag, path, dir.c_str(), strerror(errno));
+    }
+}
+
+// Rank 0 writes the files (--save, --log, --trace, --metrics) and checks them; every rank writes
+// its shard of the training state and checks --save-state. An error on one rank makes mpirun end
+// the others.
+static inline void guard_check_outputs(const TrainArgs* a, int rank) {
+    if (rank == 0) {
+        struct { const char* flag; const char* path; } files[] = {
+            {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}};
+        for (auto& f : files) {
+            if (f.path) { guard_check_output(f.flag, f.path, 0); }
+        }
+    }
+    if (a->save_state) { guard_check_output("save-state", a->save_state, 1); }
+}
+
+// ---------------------------------------------------------------------------------------
+// Each step
+
+// At the start of step `step` (from 0), with the dloss the task returned: the progress mark, the
+// --on-nan choice handed to the model's update, and the injected faults. Returns the dloss.
+static inline float guard_dloss(Guard* g, int step, float dloss) {
+    int s = step + 1;   // as printed
+    if (g->fault_step == s && (g->fault_rank < 0 || g->fault_rank == g->rank)) {
+        if (g->fault == FAULT_KILL) {
+            fprintf(stderr, "fault: rank %d kills itself at the start of step %d (--fault)\n", g->rank, s);
+            raise(SIGKILL);
+        }
+        if (g->fault == FAULT_HANG) {   // the main thread stops for good; the process lives on
+            fprintf(stderr, "fault: rank %d hangs at the start of step %d (--fault)\n", g->rank, s);
+            for (;;) { pause(); }
+        }
+    }
+    guard_mark(g, 2LL * step + 1);
+    g->plan->model->skip_nonfinite = strcmp(g->args->on_nan, "skip") == 0;
+    if (g->fault == FAULT_NAN && g->fault_step == s) { dloss *= NAN; }   // every gradient of the step is NaN
+    return dloss;
+}
+
+// The first gradient (in the parameter table's order; for a per-layer tensor, the first layer)
+// that holds a NaN or an inf, over every rank: a tensor's piece is judged by its sum of squares,
+// so a finite value whose square overflows counts too (it is what made the norm overflow).
+// Collective over the world. "wte", "qkvw (layer 3)", or "" when every gradient is finite.
+static inline std::string guard_first_nonfinite(Plan* plan) {
+    GPT2* m = plan->model;
+    const int LAYERS = 1000000;   // key = tensor * LAYERS + layer + 1 (0 for a tensor without layers)
+    int first = INT32_MAX;
+    std::vector<OptSegment> segs;
+    if (plan->use_dp) {   // what this rank holds: its update's segments (ZeRO: its shard) and the experts'
+        segs = plan->dp.segments;
+        segs.insert(segs.end(), plan->dp.experts.segments.begin(), plan->dp.experts.segments.end());
+    } else {
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            const ParamInfo* p = &m->param_info[i];
+            if (p->numel > 0) { segs.push_back({i, NULL, m->grads_memory + p->offset, NULL, NULL, NULL, p->numel, p->offset}); }
+        }
+    }
+    for (const OptSegment& s : segs) {
+        const ParamInfo* p = &m->param_info[s.tensor];
+        size_t per = p->layered ? p->numel / (size_t)p->shape[0] : s.n;   // elements of one layer's slice
+        size_t at = s.flat - p->offset;                                     // where the segment starts in the tensor
+        for (size_t done = 0; done < s.n;) {
+            size_t slice = (at + done) / per, len = std::min(s.n - done, (slice + 1) * per - (at + done));
+            float sq;
+            global_norm_squared(m->norm_squared, s.grad + done, len);
+            copy_device_to_host(&sq, m->norm_squared, sizeof(float));
+            if (!isfinite(sq)) {
+                int layer = p->layered ? param_slice_block(p, &m->place, (int)slice) + 1 : 0;
+                first = std::min(first, s.tensor * LAYERS + layer);
+            }
+            done += len;
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, plan->world.mpi);
+    if (first == INT32_MAX) { return ""; }
+    std::string name = m->param_info[first / LAYERS].name;
+    if (first % LAYERS > 0) { name += " (layer " + std::to_string(first % LAYERS - 1) + ")"; }
+    return name;
+}
+
+// After the update and the step's loss: every rank has the same loss and norm, so every rank
+// takes the same branch (the search for the tensor is collective).
+static inline void guard_step_end(Guard* g, int step, float loss, float norm) {
+    guard_mark(g, 2LL * step + 2);
+    const TrainArgs* a = g->args;
+    if (step + 1 == a->steps || step + 1 == a->exit_after) { guard_stop(g); }   // the run's end is not watched
+    if (isfinite(loss) && isfinite(norm)) { return; }
+    std::string first = guard_first_nonfinite(g->plan);
+    const char* where = first.empty() ? "none (every gradient is finite)" : first.c_str();
+    if (strcmp(a->on_nan, "skip") == 0) {
+        if (!isfinite(norm)) {   // gpt2_update / dp_update_owned did no AdamW (GPT2.skip_nonfinite)
+            printf("step %d: loss %f, gradient norm %f: update skipped (--on-nan skip); first non-finite gradient: %s\n", step + 1,
+                   loss, norm, where);
+        } else {                 // only the loss: the gradients were finite and the update ran
+            printf("step %d: loss %f with a finite gradient norm %f: the update ran (--on-nan skip skips non-finite gradients)\n",
+                   step + 1, loss, norm);
+        }
+        return;
+    }
+    die("step %d: loss %f, gradient norm %f: training diverged; first non-finite gradient: %s (try a lower --lr, or --on-nan skip)",
+        step + 1, loss, norm, where);
+}

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Bad input (doc/errors.md): the test reads every table of doc/errors.md whose header is
+# "| what | ranks | flags | message |" and runs each row on that many MPI ranks, in a scratch
+# directory with a small dataset (data/), broken inputs made here from good ones (in/) and an
+# output location (out/). Each row must:
+#   - end with a non-zero exit from mpirun, within 60 s (no hang);
+#   - write, on each rank's stderr (mpirun --tag-output), nothing but one whole line
+#     "error: [rank R] ..." naming that rank (at most one per rank, at least one in all), each
+#     holding the row's message (literally);
+#   - leave out/ as it was: no result, no .tmp.
+# A row that does not parse fails, so the doc and the test cannot drift apart. Rows run four at
+# a time, each in a directory of its own. ERRORS_ONLY=TEXT runs the rows whose "what" holds TEXT;
+# TRAINER=PATH runs another build of the trainer (a perturbed one, to see the test fail).
+set -u
+cd "$(dirname "$0")/.."
+T=build/errors-test
+rm -rf "$T"
+mkdir -p "$T/in" "$T/out"
+WHAT="the bad-input table"
+# shellcheck source=test/lib_mpi.sh
+source test/lib_mpi.sh   # pass, fail; stops here without MPI
+
+python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 3000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
+./train_gpt2cpu --train-data "$T/data/train_*.bin" --val-data "$T/data/val_*.bin" --layers 2 --heads 2 --channels 32 \
+    --max-seq 32 --batch 4 --seq 16 --steps 1 --eval-every 0 --accuracy 0 --sample-every 0 --threads 1 \
+    --save "$T/in/good.bin" >"$T/good.out" 2>&1 || { echo "FAIL the good checkpoint: $(tail -2 "$T/good.out")"; exit 1; }
+
+# ---- the broken inputs (doc/errors.md lists them); a new row's file is made here
+python3 - "$T" <<'EOF'
+import os, struct, sys
+d = sys.argv[1]
+i = f"{d}/in"
+good = open(f"{i}/good.bin", "rb").read()
+hdr = list(struct.unpack("256i", good[:1024]))
+def put(name, data): open(f"{i}/{name}", "wb").write(data)
+def with_header(h): return struct.pack("256i", *h) + good[1024:]
+# checkpoints
+put("ck_magic.bin", struct.pack("<i", 5) + good[4:])
+put("ck_version.bin", good[:4] + struct.pack("<i", 4) + good[8:])
+put("ck_truncated.bin", good[: len(good) // 2])
+put("ck_long.bin", good + b"\0" * 64)
+put("ck_short.bin", good[:100])
+h = list(hdr); h[5] = 0; put("ck_shape.bin", with_header(h))                                      # 0 heads
+h = list(hdr); h[1], h[8], h[9], h[10], h[11] = 10, 2, 3, 1, 0x3f800000; put("ck_moe.bin", with_header(h))   # top-3 of 2
+nan = bytearray(good); nan[1024 + 400:1024 + 404] = struct.pack("<f", float("nan")); put("ck_nan.bin", bytes(nan))
+put("empty.bin", b"")
+os.makedirs(f"{i}/dir")
+os.makedirs(f"{i}/shard_dir.bin")
+# token shards
+shard = open(f"{d}/data/val_000000.bin", "rb").read()
+put("shard_magic.bin", struct.pack("<i", 1234) + shard[4:])
+put("shard_version.bin", shard[:4] + struct.pack("<i", 7) + shard[8:])
+put("shard_negative.bin", shard[:8] + struct.pack("<i", -5) + shard[12:])
+put("shard_truncated.bin", shard[: len(shard) - 100])
+put("shard_long.bin", shard + b"\0" * 10)
+put("shard_short.bin", struct.pack("<3i", 20240520, 1, 20) + b"\0" * (1024 - 12) + struct.pack("<20H", *([65] * 20)))
+put("shard_token.bin", struct.pack("<3i", 20240520, 1, 100) + b"\0" * (1024 - 12) + struct.pack("<100H", *([65] * 99 + [300])))
+# tokenizers
+tok = open(f"{d}/data/tokenizer.bin", "rb").read()
+put("tok_magic.bin", struct.pack("<I", 7) + tok[4:])
+put("tok_truncated.bin", tok[:1024 + 50])
+th = list(struct.unpack("256I", tok[:1024])); th[2], th[3] = 100, 99
+put("tok_vocab.bin", struct.pack("256I", *th) + b"".join(bytes([1, 65]) for _ in range(100)))
+# SFT: a shard without its loss mask, and a mask with the wrong magic
+sft = open(f"{d}/data/sft_val_000000.bin", "rb").read()
+mask = open(f"{d}/data/sft_val_000000.mask", "rb").read()
+put("sftnomask_000000.bin", sft)
+put("sftmask_000000.bin", sft)
+put("sftmask_000000.mask", struct.pack("<i", 99) + mask[4:])
+EOF
+[ $? -eq 0 ] || { echo "FAIL making the broken inputs"; exit 1; }
+
+# training-state directories (the rows under "Training-state directories"): a good state of the
+# default model, saved at the end of a 2-step ZeRO-1 run on 2 ranks with the rows' BASE flags, and
+# broken copies of it
+(cd "$T" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np 2 \
+    "$(realpath ../../train_gpt2cpu)" --train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --batch 4 --seq 16 --steps 2 \
+    --eval-every 0 --accuracy 0 --sample-every 0 --threads 1 --zero 1 --save-state in/state >state.out 2>&1) ||
+    { echo "FAIL the good training state: $(tail -2 "$T/state.out")"; exit 1; }
+S="$T/in/state/step-00000002"
+[ -f "$S/manifest" ] || { echo "FAIL the good training state has no $S/manifest"; exit 1; }
+bad_state() { rm -rf "$T/in/$1"; cp -r "$T/in/state" "$T/in/$1"; echo "$T/in/$1/step-00000002"; }
+rm "$(bad_state st_nolatest)/../latest"
+rm "$(bad_state st_nomanifest)/manifest"
+B=$(bad_state st_badmanifest); sed -i '1s/.*/llmc training state 9/' "$B/manifest"
+B=$(bad_state st_fewfiles); sed -i '/^file rank-00001/d' "$B/manifest"
+rm "$(bad_state st_missing)/rank-00001.bin"
+B=$(bad_state st_corrupt); printf '\x55' | dd of="$B/rank-00001.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
+B=$(bad_state st_truncated); truncate -s -8 "$B/rank-00001.bin"
+B=$(bad_state st_dirfile); rm "$B/rank-00001.bin"; mkdir "$B/rank-00001.bin"
+B=$(bad_state st_badlatest); echo "../../elsewhere" >"$B/../latest"
+
+# ---- the rows
+TRAINER=$(realpath "${TRAINER:-./train_gpt2cpu}")
+python3 - "$T" "$TRAINER" "${ERRORS_ONLY:-}" <<'EOF'
+import concurrent.futures, os, re, shlex, subprocess, sys, time
+scratch, trainer, only = sys.argv[1], sys.argv[2], sys.argv[3]
+BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
+                   "--sft-train 'data/sft_train_*.bin' --sft-val 'data/sft_val_*.bin' --prompts 'data/sft_train_*.bin' "
+                   "--batch 4 --seq 16 --steps 2 --eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 "
+                   "--threads 1 --log out/run.log --save out/run.bin")
+MPIRUN = ["timeout", "60", "mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1",
+          "--tag-output"]
+
+# every table headed "| what | ranks | flags | message |"; each of its rows must parse
+HEADER = ["what", "ranks", "flags", "message"]
+rows, bad = [], []
+in_table = False
+for n, line in enumerate(open("doc/errors.md"), 1):
+    line = line.strip()
+    if not line.startswith("|"):
+        in_table = False
+        continue
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    if [c.lower() for c in cells] == HEADER:
+        in_table = True
+        continue
+    if not in_table and "flags" in line.lower() and "message" in line.lower():
+        bad.append(f"line {n}: a table header that is not '| what | ranks | flags | message |': {line}")
+    if not in_table or re.fullmatch(r"[-: |]+", line):
+        continue
+    m = len(cells) == 4 and re.fullmatch(r"\d+", cells[1]) and re.fullmatch(r"`[^`]+`", cells[2]) and re.fullmatch(r"`[^`]+`", cells[3])
+    if not m:
+        bad.append(f"line {n}: a row that is not '| what | RANKS | `FLAGS` | `MESSAGE` |': {line}")
+        continue
+    rows.append((n, cells[0], int(cells[1]), cells[2][1:-1], cells[3][1:-1]))
+for b in bad:
+    print(f"FAIL doc/errors.md {b}")
+if only:
+    rows = [r for r in rows if only in r[1]]
+elif len(rows) < 40:
+    print(f"FAIL doc/errors.md has {len(rows)} rows, fewer than 40")
+
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+def listing(d):   # what a directory holds, recursively
+    out = []
+    for root, dirs, files in os.walk(d):
+        out += [os.path.relpath(os.path.join(root, x), d) + ("/" if x in dirs else "") for x in dirs + files]
+    return sorted(out)
+
+def run(row):
+    n, what, ranks, flags, message = row
+    d = f"{scratch}/rows/{n}"
+    os.makedirs(f"{d}/out/dir")
+    os.makedirs(f"{d}/out/busy.bin.tmp")
+    open(f"{d}/out/file.txt", "w").write("a file\n")
+    os.mkfifo(f"{d}/out/fifo")   # not a regular file (never a real device: a broken check would replace it)
+    for x in ("data", "in"):
+        os.symlink(f"../../{x}", f"{d}/{x}")
+    before = listing(f"{d}/out")
+    t0 = time.time()
+    p = subprocess.run(MPIRUN + ["-np", str(ranks), trainer] + BASE + shlex.split(flags), cwd=d, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    secs = time.time() - t0
+    open(f"{d}/run.out", "w").write(p.stdout)
+    problems, lines, per_rank = [], [], {}
+    for l in p.stdout.splitlines():
+        m = re.match(r"\[\d+,(\d+)\]<stderr>:(.*)$", l)
+        if not m:
+            continue
+        r, text = int(m.group(1)), m.group(2)
+        lines.append(text)
+        per_rank[r] = per_rank.get(r, 0) + 1
+        if not text.startswith(f"error: [rank {r}] "):
+            problems.append(f"rank {r} wrote a line that is not 'error: [rank {r}] ...': {text!r}")
+        elif message not in text:
+            problems.append(f"rank {r}: {text!r} does not hold the message")
+    if p.returncode == 0 or p.returncode == 124 or secs >= 60:
+        problems.append(f"exit status {p.returncode} after {secs:.0f} s (want non-zero, under 60 s)")
+    if not lines:
+        problems.append("no error line on stderr")
+    problems += [f"rank {r} wrote {k} lines (want one)" for r, k in per_rank.items() if k > 1]
+    after = listing(f"{d}/out")
+    if after != before:
+        problems.append(f"out/ changed: now {after}")
+    return row, problems, lines, secs
+
+with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    for (n, what, ranks, flags, message), problems, lines, secs in pool.map(run, rows):
+        if problems:
+            print(f"FAIL bad input '{what}' ({flags}, {ranks} ranks, doc line {n})")
+            for x in problems[:4]:
+                print(f"     {x}")
+            print(f"     wanted: {message}")
+        else:
+            first = lines[0].split("] ", 1)[1]
+            print(f"PASS bad input '{what}' on {ranks} ranks: exit non-zero in {secs:.1f} s, "
+                  f"{len(lines)} whole line(s): {first[:90]}")
+EOF
