@@ -112,19 +112,24 @@ ended() {
     [ -n "$left" ] && kill -9 $left 2>/dev/null
     return 1
 }
+# rank_pid NAME RANK: once the run writing $T/NAME.out has printed a step, the pid of its rank
+# RANK (the trainer process whose --log is $T/NAME.log and whose environment says that rank);
+# empty after 20 s without one
+rank_pid() {
+    local name=$1 rank=$2 pid
+    for _ in $(seq 1 100); do
+        if grep -q "<stdout>:step   " "$T/$name.out"; then
+            for pid in $(pgrep -f "^[^ ]*train_gpt2cpu .*$T/$name.log"); do
+                if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then echo "$pid"; return; fi
+            done
+        fi
+        sleep 0.2
+    done
+}
 start=$SECONDS
 $MPI -np 4 $TRAIN --steps 100000 --log "$T/kill.log" >"$T/kill.out" 2>&1 &
 job=$!
-victim=""
-for _ in $(seq 1 100); do   # wait for the steps, then find rank 2 among the trainer processes
-    if grep -q "<stdout>:step   " "$T/kill.out"; then
-        for pid in $(pgrep -f "^[^ ]*train_gpt2cpu .*$T/kill.log"); do
-            tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=2" && victim=$pid
-        done
-        [ -n "$victim" ] && break
-    fi
-    sleep 0.2
-done
+victim=$(rank_pid kill 2)
 if [ -n "$victim" ]; then
     t0=$SECONDS
     kill -KILL "$victim"
@@ -160,16 +165,7 @@ hang_check 4 2 4
 # a rank frozen whole (SIGSTOP): its heartbeats stop as well
 $MPI -np 2 $TRAIN --steps 100000 --comm-timeout 5 --log "$T/stop.log" >"$T/stop.out" 2>&1 &
 job=$!
-victim=""
-for _ in $(seq 1 100); do
-    if grep -q "<stdout>:step   " "$T/stop.out"; then
-        for pid in $(pgrep -f "^[^ ]*train_gpt2cpu .*$T/stop.log"); do
-            tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
-        done
-        [ -n "$victim" ] && break
-    fi
-    sleep 0.2
-done
+victim=$(rank_pid stop 1)
 if [ -n "$victim" ]; then
     sleep 1   # a few heartbeats from the running rank first
     t0=$SECONDS

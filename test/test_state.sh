@@ -197,19 +197,9 @@ expect_all "--resume of a missing directory" "no such directory" 2 ./train_gpt2c
 # ---- the tests can fail: a resume that forgets part of the state must differ
 if [ "${STATE_PERTURB:-1}" = 1 ]; then
     perturb_resume() {
-        local label=$1 old=$2 new=$3 dir="$T/perturbed"
-        rm -rf "$dir"
-        mkdir -p "$dir"
-        cp -r llmc train_gpt2.cu "$dir/"
-        python3 - "$dir/llmc/train_state.h" "$old" "$new" <<'EOF' || { fail "perturbation '$label': text not found"; return; }
-import sys
-path, old, new = sys.argv[1:4]
-s = open(path).read()
-if old not in s: sys.exit(1)
-open(path, "w").write(s.replace(old, new))
-EOF
-        mpicxx -std=c++17 -O2 -fopenmp -x c++ -DLLMC_CPU -DUSE_MPI -DOMPI_SKIP_MPICXX "$dir/train_gpt2.cu" -o "$dir/train" -lm ||
-            { fail "perturbation '$label': build failed"; return; }
+        local label=$1 old=$2 new=$3
+        perturbed_build "$label" llmc/train_state.h "$old" "$new" || return
+        local dir="$T/perturbed"
         if resume 2 "perturbed-run" "$dir/train" -- --zero 1; then
             fail "perturbation '$label' went unnoticed: the resumed log is still identical"
         else

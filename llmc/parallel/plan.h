@@ -104,8 +104,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
     int model_ranks = args->tp * args->pp * args->cp;
     if (plan->world_size % model_ranks != 0) {
-        die("--tp %d x --pp %d x --cp %d = %d does not divide the %d ranks mpirun started [rank %d]", args->tp, args->pp,
-            args->cp, model_ranks, plan->world_size, plan->rank);
+        die("--tp %d x --pp %d x --cp %d = %d does not divide the %d ranks mpirun started", args->tp, args->pp, args->cp,
+            model_ranks, plan->world_size);
     }
     // one GPU per rank of a node (CUDA build): the node-local rank picks it
     MPI_Comm node;
@@ -116,8 +116,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     backend_init(local_rank);
     plan->ndp = 1;
     if (args->ep > 1 && (plan->world_size / model_ranks) % args->ep != 0) {
-        die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them [rank %d]", args->ep,
-            plan->world_size / model_ranks, plan->rank);
+        die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them", args->ep,
+            plan->world_size / model_ranks);
     }
     if (plan->use_dp) {
         plan->mesh = mesh_init(&plan->world, args->dp ? args->dp : plan->world_size / model_ranks, args->pp, args->cp,
