@@ -14,23 +14,29 @@
 //
 // The watchdog (--comm-timeout T): a rank that DIES ends the job by itself (mpirun ends the other
 // ranks within a second); a rank that HANGS would leave the others waiting in a collective
-// forever. Each rank runs a watchdog thread. The main thread marks its progress twice a step
-// (it started step s, it ended step s); when a rank's main thread has not moved for T seconds,
-// its watchdog ends the process with one line naming the rank that stopped answering. To know
-// which one, the watchdogs send each other their rank's last mark every 0.25 s (non-blocking
-// sends and receives on a communicator of their own, polled with MPI_Test, so a frozen peer never
-// blocks them): the hung rank is the one whose mark is behind the others' (it ended step s and
-// never started step s+1, where the others wait for it), or the one whose heartbeats stopped (the
-// whole process is frozen). When every rank is inside the same step, the one that hangs inside
-// it cannot be told from the ones waiting for it, and the line says so. Marks are made in the
-// trainer's loop only: T must exceed the longest step, evaluation, sampling and checkpoint
-// between two steps included. The watchdog is armed at the first step and stops after the last
-// (the final evaluation and saves are not watched).
+// forever. Each rank runs a watchdog thread. The main thread marks its progress at each step's
+// start and end (it started step s, it ended step s), and inside a step at each of the model's
+// hook events (a micro-batch starts, a block's forward or backward begins: a table of hooks in
+// the model's chain, llmc/hooks.h); when a rank's main thread has not moved for T seconds, its
+// watchdog ends the process with one line naming the rank that stopped answering. To know which
+// one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
+// (non-blocking sends and receives on a communicator of their own, polled with MPI_Test, so a
+// frozen peer never blocks them). The hung rank is the one behind the others: in an earlier step
+// (it ended step s and never started step s+1, where the others wait for it), or in the same step
+// with fewer hook events (it stopped in block l's backward while the others went on to the
+// gradient all-reduce) - without a pipeline every rank raises the same events in the same order,
+// so their counts compare; pipeline stages run different passes, and only steps compare there. Or
+// it is the one whose heartbeats stopped (the whole process is frozen). A rank that hangs at the
+// same event as the others (inside a collective they all entered) cannot be told from the ones
+// waiting for it, and the line says so. T must exceed the longest time between two marks (a
+// block's forward or backward, an evaluation, a sample, a save). The watchdog is armed at the first
+// step and stops after the last (the final evaluation and saves are not watched).
 #pragma once
 
 #include <signal.h>
 #include <math.h>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -40,7 +46,9 @@
 #include "train_args.h"
 #include "parallel/plan.h"
 
-enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL };
+enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL, FAULT_STALL };
+// the model's hook events (llmc/hooks.h) the watchdog counts inside a step, and the last one's kind
+enum { AT_MICRO = 1, AT_FORWARD, AT_BLOCK_FORWARD, AT_BACKWARD, AT_BLOCK_BACKWARD, AT_BACKWARD_END };
 
 typedef struct Guard {
     const TrainArgs* args;
@@ -49,7 +57,13 @@ typedef struct Guard {
     int fault, fault_rank, fault_step;   // --fault: what, on which rank (-1: all), at the start of which step (from 1)
     // progress of the main thread: 0 before the first step, 2s+1 in step s, 2s+2 after it (s from 0)
     std::atomic<long long> mark{0};
-    std::atomic<double> last_progress{0.0};   // wall_seconds() of the last mark
+    std::atomic<double> last_progress{0.0};   // wall_seconds() of the last mark or hook event
+    // inside a step: the model's hook events since the step's start mark, and the last one
+    // (kind << 32 | micro-batch << 16 | block), raised by the passes (guard_hooks)
+    std::atomic<long long> events{0}, where{0};
+    int micro;                     // the micro-batch the passes are in (main thread)
+    int hooked;                    // the hook table is in the model's chain
+    GPT2Hooks hooks;
     // the watchdog
     double timeout;                // --comm-timeout (0: none)
     std::thread thread;
@@ -74,9 +88,26 @@ static inline std::string guard_mark_name(long long mark) {
 
 // The verdict once this rank made no progress for the timeout: which rank stopped answering,
 // from the marks of every rank (marks[r]) and the time since each was last heard of (quiet[r]).
-static inline std::string guard_verdict(const Guard* g, const std::vector<long long>& marks, const std::vector<double>& quiet) {
+// "the backward of block 3 (micro-batch 2)": the last hook event (see Guard.where)
+static inline std::string guard_where_name(long long where) {
+    int kind = (int)(where >> 32), micro = (int)((where >> 16) & 0xFFFF), l = (int)(where & 0xFFFF);
+    char buf[96];
+    switch (kind) {
+        case AT_MICRO: snprintf(buf, sizeof(buf), "the start of micro-batch %d", micro + 1); break;
+        case AT_FORWARD: snprintf(buf, sizeof(buf), "the forward's start (micro-batch %d)", micro + 1); break;
+        case AT_BLOCK_FORWARD: snprintf(buf, sizeof(buf), "the forward of block %d (micro-batch %d)", l, micro + 1); break;
+        case AT_BACKWARD: snprintf(buf, sizeof(buf), "the backward's start (micro-batch %d)", micro + 1); break;
+        case AT_BLOCK_BACKWARD: snprintf(buf, sizeof(buf), "the backward of block %d (micro-batch %d)", l, micro + 1); break;
+        case AT_BACKWARD_END: snprintf(buf, sizeof(buf), "the backward's end (micro-batch %d)", micro + 1); break;
+        default: snprintf(buf, sizeof(buf), "the step's start"); break;
+    }
+    return buf;
+}
+
+// marks[r] = {step mark, hook events in the step, last event} of rank r
+static inline std::string guard_verdict(const Guard* g, const std::vector<std::array<long long, 3>>& marks, const std::vector<double>& quiet) {
     int n = g->world_size;
-    if (n == 1) { return "the run's only rank stopped " + guard_mark_name(marks[0]); }
+    if (n == 1) { return "the run's only rank stopped " + guard_mark_name(marks[0][0]); }
     double silent_after = std::max(3.0, g->timeout / 2);
     std::string who, why;
     int count = 0;
@@ -84,22 +115,40 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<long l
         if (quiet[r] > silent_after) {
             who += (count++ ? ", " : "") + std::to_string(r);
             why = "no heartbeat for " + std::to_string((int)quiet[r]) + " s: the process is frozen or gone; last seen " +
-                  guard_mark_name(marks[r]);
+                  guard_mark_name(marks[r][0]);
         }
     }
-    if (count == 0) {   // the rank(s) behind the others
-        long long lo = marks[0], hi = marks[0];
-        for (int r = 1; r < n; r++) { lo = std::min(lo, marks[r]); hi = std::max(hi, marks[r]); }
-        if (lo == hi) {
-            return "every rank is " + guard_mark_name(lo) +
-                   " and still answers heartbeats: a communication of that step never completed, and the rank that "
-                   "hangs inside it cannot be told from those waiting for it";
+    if (count == 0) {   // the rank(s) behind the others: by step, then (the same step) by hook events
+        long long lo = marks[0][0], hi = marks[0][0];
+        for (int r = 1; r < n; r++) { lo = std::min(lo, marks[r][0]); hi = std::max(hi, marks[r][0]); }
+        if (lo != hi) {
+            for (int r = 0; r < n; r++) {
+                if (marks[r][0] == lo) { who += (count++ ? ", " : "") + std::to_string(r); }
+            }
+            why = "last seen " + guard_mark_name(lo) + "; it is not in a communication call: the other ranks are " +
+                  guard_mark_name(hi) + ", waiting for it";
+        } else {
+            // Every rank is in the same step. Without a pipeline every rank raises the same hook
+            // events in the same order (the same passes over its own data or shard), so the one
+            // with the fewest has stopped where the others went on; pipeline stages run different
+            // passes, whose counts do not compare.
+            long long elo = marks[0][1], ehi = marks[0][1];
+            for (int r = 1; r < n; r++) { elo = std::min(elo, marks[r][1]); ehi = std::max(ehi, marks[r][1]); }
+            if (g->plan->npp > 1 || elo == ehi) {
+                return "every rank is " + guard_mark_name(lo) +
+                       (g->plan->npp > 1 ? " (pipeline stages run different passes)" : ", at the same point of its passes,") +
+                       " and still answers heartbeats: a communication of that step never completed, and the rank that "
+                       "hangs inside it cannot be told from those waiting for it";
+            }
+            int rhi = 0;
+            for (int r = 0; r < n; r++) {
+                if (marks[r][1] == elo) { who += (count++ ? ", " : "") + std::to_string(r); }
+                if (marks[r][1] == ehi) { rhi = r; }
+            }
+            int rlo = atoi(who.c_str());
+            why = "last seen " + guard_mark_name(lo) + " at " + guard_where_name(marks[rlo][2]) + "; the others went on to " +
+                  guard_where_name(marks[rhi][2]) + " and wait for it";
         }
-        for (int r = 0; r < n; r++) {
-            if (marks[r] == lo) { who += (count++ ? ", " : "") + std::to_string(r); }
-        }
-        why = "last seen " + guard_mark_name(lo) + "; it is not in a communication call: the other ranks are " +
-              guard_mark_name(hi) + ", waiting for it";
     }
     return std::string(count > 1 ? "ranks " : "rank ") + who + " stopped answering (" + why + ")";
 }
@@ -107,7 +156,7 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<long l
 static inline void guard_watchdog(Guard* g) {
     const double poll = 0.05;
     int me = g->rank, n = g->world_size;
-    std::vector<long long> peer(n, 0), sendbuf(n, 0), recvbuf(n, 0);
+    std::vector<std::array<long long, 3>> peer(n, {0, 0, 0}), sendbuf(n, {0, 0, 0}), recvbuf(n, {0, 0, 0});
     std::vector<double> heard(n, wall_seconds());
 #ifdef USE_MPI
     const double beat = 0.25;
@@ -115,13 +164,14 @@ static inline void guard_watchdog(Guard* g) {
     std::vector<MPI_Request> sreq(n, MPI_REQUEST_NULL), rreq(n, MPI_REQUEST_NULL);
     if (g->heartbeats) {
         for (int p = 0; p < n; p++) {
-            if (p != me) { MPI_Irecv(&recvbuf[p], 1, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
+            if (p != me) { MPI_Irecv(recvbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
         }
     }
 #endif
     while (!g->stop.load()) {
         double now = wall_seconds();
-        long long mine = g->mark.load();
+        std::array<long long, 3> now_mark = {g->mark.load(), g->events.load(), g->where.load()};
+        long long mine = now_mark[0];
 #ifdef USE_MPI
         if (g->heartbeats) {
             if (now - last_beat >= beat) {   // send this rank's mark to every peer (skip a peer whose last one is still out)
@@ -130,8 +180,8 @@ static inline void guard_watchdog(Guard* g) {
                     int done = 1;
                     if (sreq[p] != MPI_REQUEST_NULL) { MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE); }
                     if (!done) { continue; }
-                    sendbuf[p] = mine;
-                    MPI_Isend(&sendbuf[p], 1, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
+                    sendbuf[p] = now_mark;
+                    MPI_Isend(sendbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
                 }
                 last_beat = now;
             }
@@ -143,16 +193,16 @@ static inline void guard_watchdog(Guard* g) {
                     if (!done) { break; }
                     peer[p] = recvbuf[p];
                     heard[p] = now;
-                    MPI_Irecv(&recvbuf[p], 1, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
+                    MPI_Irecv(recvbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
                 }
             }
         }
 #endif
         double idle = now - g->last_progress.load();
         if (mine > 0 && idle > g->timeout) {
-            std::vector<long long> marks(peer);
+            std::vector<std::array<long long, 3>> marks(peer);
             std::vector<double> quiet(n, 0.0);
-            marks[me] = mine;
+            marks[me] = now_mark;
             for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : now - heard[p]; }
             std::string verdict = guard_verdict(g, marks, quiet);
             die("no progress for %.0f s (--comm-timeout %g): %s", idle, g->timeout, verdict.c_str());
@@ -178,8 +228,52 @@ static inline void guard_watchdog(Guard* g) {
 
 // The main thread's progress: at each step's start and end
 static inline void guard_mark(Guard* g, long long mark) {
+    g->events.store(0);
+    g->where.store(0);
+    g->micro = 0;
     g->last_progress.store(wall_seconds());
     g->mark.store(mark);
+}
+
+// ---- the model's hook events: progress inside a step (the timeout then bounds the time between
+// two events, a block's forward or backward, not a whole step), and where a rank stopped
+static inline void guard_event(Guard* g, int kind, int l) {
+    long long s = g->mark.load();
+    if (g->fault == FAULT_STALL && kind == AT_BLOCK_BACKWARD && s % 2 == 1 && (s + 1) / 2 == g->fault_step &&
+        g->fault_rank == g->rank) {   // the main thread stops inside the step, in the backward
+        fprintf(stderr, "fault: rank %d stalls in step %d, the backward of block %d (--fault)\n", g->rank, g->fault_step, l);
+        for (;;) { pause(); }
+    }
+    g->where.store(((long long)kind << 32) | ((long long)(g->micro & 0xFFFF) << 16) | (long long)(l & 0xFFFF));
+    g->events.fetch_add(1);
+    g->last_progress.store(wall_seconds());
+}
+static inline void guard_on_micro(void* ctx, int i, int n) { (void)n; ((Guard*)ctx)->micro = i; guard_event((Guard*)ctx, AT_MICRO, 0); }
+static inline void guard_on_forward(void* ctx, ParameterTensors* root) { (void)root; guard_event((Guard*)ctx, AT_FORWARD, 0); }
+static inline void guard_on_block_forward(void* ctx, int l, BlockWeights* w) { (void)w; guard_event((Guard*)ctx, AT_BLOCK_FORWARD, l); }
+static inline void guard_on_backward(void* ctx, ParameterTensors* root, ParameterTensors* grads) {
+    (void)root; (void)grads;
+    guard_event((Guard*)ctx, AT_BACKWARD, 0);
+}
+static inline void guard_on_block_backward(void* ctx, int l, BlockWeights* w, BlockWeights* grads) {
+    (void)w; (void)grads;
+    guard_event((Guard*)ctx, AT_BLOCK_BACKWARD, l);
+}
+static inline void guard_on_backward_end(void* ctx) { guard_event((Guard*)ctx, AT_BACKWARD_END, 0); }
+// joins the model's chain once (it only watches: it rewrites no pointer, so its place in the chain does not matter)
+static inline void guard_hooks(Guard* g) {
+    if (g->hooked || (g->timeout <= 0 && g->fault != FAULT_STALL)) { return; }
+    g->hooks = GPT2Hooks{};
+    g->hooks.name = "guard: progress marks";
+    g->hooks.ctx = g;
+    g->hooks.micro_begin = guard_on_micro;
+    g->hooks.forward_begin = guard_on_forward;
+    g->hooks.block_forward_begin = guard_on_block_forward;
+    g->hooks.backward_begin = guard_on_backward;
+    g->hooks.block_backward_begin = guard_on_block_backward;
+    g->hooks.backward_end = guard_on_backward_end;
+    gpt2_add_hooks(g->plan->model, &g->hooks);
+    g->hooked = 1;
 }
 
 // The watchdog stops (after the run's last step, and at the end): idempotent
@@ -211,8 +305,12 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
         g->fault = FAULT_KILL;
         g->fault_rank = a;
         g->fault_step = b;
+    } else if (sscanf(s, "stall:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
+        g->fault = FAULT_STALL;
+        g->fault_rank = a;
+        g->fault_step = b;
     } else {
-        die("--fault must be nan:STEP, hang:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
+        die("--fault must be nan:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
     }
     if (g->fault_rank >= g->world_size) {
         die("--fault %s: there is no rank %d (the run has %d ranks)", s, g->fault_rank, g->world_size);
@@ -232,6 +330,10 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     g->world_size = plan->world_size;
     guard_parse_fault(g, args->fault);
     g->mark.store(0);
+    g->events.store(0);
+    g->where.store(0);
+    g->micro = 0;
+    g->hooked = 0;
     g->last_progress.store(wall_seconds());
     g->timeout = args->comm_timeout;
     g->heartbeats = 0;
@@ -317,6 +419,7 @@ static inline float guard_dloss(Guard* g, int step, float dloss) {
             for (;;) { pause(); }
         }
     }
+    guard_hooks(g);
     guard_mark(g, 2LL * step + 1);
     g->plan->model->skip_nonfinite = strcmp(g->args->on_nan, "skip") == 0;
     if (g->fault == FAULT_NAN && g->fault_step == s) { dloss *= NAN; }   // every gradient of the step is NaN

@@ -37,7 +37,7 @@ typedef struct {
     void (*backward_end)(void* ctx);
 } GPT2Hooks;
 
-#define HOOK_CHAIN_MAX 4
+#define HOOK_CHAIN_MAX 6
 
 typedef struct {
     GPT2Hooks tables[HOOK_CHAIN_MAX];

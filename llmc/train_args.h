@@ -66,7 +66,7 @@ typedef struct {
     int exit_after;             // stop after this step, as a pre-empted job would (0: never)
     float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
     const char* on_nan;         // stop or skip
-    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, kill:RANK:STEP (llmc/guard.h)
+    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/guard.h)
 } TrainArgs;
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
@@ -170,7 +170,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"exit-after", ARG_INT, &a->exit_after, "stop after this step as a pre-empted job would (saving the state first), 0 = never"},
         {"comm-timeout", ARG_FLOAT, &a->comm_timeout, "seconds a rank waits for another before it ends the job, 0 = forever"},
         {"on-nan", ARG_STRING, &a->on_nan, "a non-finite loss or gradient norm: stop (name the step and tensor) or skip the update"},
-        {"fault", ARG_STRING, &a->fault, "tests only: inject a fault at the start of step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP, kill:RANK:STEP"},
+        {"fault", ARG_STRING, &a->fault, "tests only: inject a fault in step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP (before it), stall:RANK:STEP (inside it), kill:RANK:STEP"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");

@@ -10,7 +10,8 @@
 #     --steps); on 1 rank and on 2 ranks with ZeRO-1;
 #   - a rank killed with SIGKILL mid-run (from outside, and with --fault kill:2:3) ends the 4-rank
 #     job with a non-zero exit within 60 s, no trainer process left;
-#   - a rank that hangs (--fault hang:RANK:STEP) with --comm-timeout 5 ends the job within 60 s
+#   - a rank that hangs (--fault hang:RANK:STEP, between steps; --fault stall:RANK:STEP, inside a
+#     step: dp 2, dp 4 with ZeRO-1, tp 2) with --comm-timeout 5 ends the job within 60 s
 #     on 2 and 4 ranks, the line naming the hung rank; a rank frozen whole (SIGSTOP: its
 #     heartbeats stop too) is named as well; a run with --comm-timeout and no fault is the run
 #     without it (same --log bytes);
@@ -161,6 +162,30 @@ hang_check() {
 }
 hang_check 2 1 3
 hang_check 4 2 4
+
+# a rank that stalls INSIDE a step (--fault stall: its main thread stops at the backward of the last
+# block): the others go on through the passes to a collective of the same step; the watchdogs
+# compare the model's hook events and name the rank that stopped where the others went on
+# stall_check NP RANK STEP FLAGS...
+stall_check() {
+    local np=$1 r=$2 s=$3 name="stall$1" t0=$SECONDS rc named all
+    shift 3
+    name="$name$(echo "$*" | tr -dc 'a-z0-9')"
+    $MPI -np "$np" $TRAIN --steps 100000 --comm-timeout 5 --fault "stall:$r:$s" "$@" --log "$T/$name.log" >"$T/$name.out" 2>&1
+    rc=$?
+    named=$(errors "$T/$name.out" | grep -c "no progress for [0-9]* s (--comm-timeout 5): rank $r stopped answering (last seen in step $s at the backward's start (micro-batch 1); the others went on to ")
+    all=$(errors "$T/$name.out" | wc -l)
+    if ended "rank $r of $np stalls inside step $s ($*), --comm-timeout 5" $rc $((SECONDS - t0)) "$name.log" "$T/$name.out" >"$T/$name.ended" &&
+       [ "$named" -ge 1 ] && [ "$named" -eq "$all" ]; then
+        pass "$(sed 's/^PASS //' "$T/$name.ended"); $named rank(s) said: $(errors "$T/$name.out" | head -1 | cut -c1-190)"
+    else
+        grep -v '^PASS' "$T/$name.ended"
+        fail "rank $r of $np stalls inside a step ($*): $named of $all error lines name rank $r" "$(errors "$T/$name.out" | head -2)"
+    fi
+}
+stall_check 2 1 3
+stall_check 4 2 3 --zero 1
+stall_check 2 0 2 --tp 2
 
 # a rank frozen whole (SIGSTOP): its heartbeats stop as well
 $MPI -np 2 $TRAIN --steps 100000 --comm-timeout 5 --log "$T/stop.log" >"$T/stop.out" 2>&1 &
