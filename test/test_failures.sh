@@ -145,47 +145,33 @@ $MPI -np 4 $TRAIN --steps 100000 --fault kill:2:3 --log "$T/fkill.log" >"$T/fkil
 ended "--fault kill:2:3 on 4 ranks" $? $((SECONDS - t0)) fkill.log "$T/fkill.out"
 
 # ---- a rank that hangs, --comm-timeout 5: the job ends, naming the rank
-# hang_check NP RANK STEP
-hang_check() {
-    local np=$1 r=$2 s=$3 name="hang$1" t0=$SECONDS rc named all
-    $MPI -np "$np" $TRAIN --steps 100000 --comm-timeout 5 --fault "hang:$r:$s" --log "$T/$name.log" >"$T/$name.out" 2>&1
+# stuck_check FAULT NP RANK STEP WANT FLAGS...: rank RANK of NP gets --fault FAULT:RANK:STEP and
+# --comm-timeout 5; the job must end within 60 s with every error line naming rank RANK as WANT says
+stuck_check() {
+    local fault=$1 np=$2 r=$3 s=$4 want=$5 t0=$SECONDS rc named all name
+    shift 5
+    name="$fault$np$(echo "$*" | tr -dc 'a-z0-9')"
+    $MPI -np "$np" $TRAIN --steps 100000 --comm-timeout 5 --fault "$fault:$r:$s" "$@" --log "$T/$name.log" >"$T/$name.out" 2>&1
     rc=$?
-    named=$(errors "$T/$name.out" | grep -c "no progress for [0-9]* s (--comm-timeout 5): rank $r stopped answering (last seen at the end of step $((s - 1));")
+    named=$(errors "$T/$name.out" | grep -c "no progress for [0-9]* s (--comm-timeout 5): rank $r stopped answering ($want")
     all=$(errors "$T/$name.out" | wc -l)
-    if ended "rank $r of $np hangs at step $s, --comm-timeout 5" $rc $((SECONDS - t0)) "$name.log" "$T/$name.out" >"$T/$name.ended" &&
-       [ "$named" -ge 1 ] && [ "$named" -eq "$all" ]; then
-        pass "$(sed 's/^PASS //' "$T/$name.ended"); $named rank(s) said: $(errors "$T/$name.out" | head -1 | cut -c1-150)"
-    else
-        grep -v '^PASS' "$T/$name.ended"
-        fail "rank $r of $np hangs: $named of $all error lines name rank $r" "$(errors "$T/$name.out" | head -2)"
-    fi
-}
-hang_check 2 1 3
-hang_check 4 2 4
-
-# a rank that stalls INSIDE a step (--fault stall: its main thread stops at the backward of the last
-# block): the others go on through the passes to a collective of the same step; the watchdogs
-# compare the model's hook events and name the rank that stopped where the others went on
-# stall_check NP RANK STEP FLAGS...
-stall_check() {
-    local np=$1 r=$2 s=$3 name="stall$1" t0=$SECONDS rc named all
-    shift 3
-    name="$name$(echo "$*" | tr -dc 'a-z0-9')"
-    $MPI -np "$np" $TRAIN --steps 100000 --comm-timeout 5 --fault "stall:$r:$s" "$@" --log "$T/$name.log" >"$T/$name.out" 2>&1
-    rc=$?
-    named=$(errors "$T/$name.out" | grep -c "no progress for [0-9]* s (--comm-timeout 5): rank $r stopped answering (last seen in step $s at the backward's start (micro-batch 1); the others went on to ")
-    all=$(errors "$T/$name.out" | wc -l)
-    if ended "rank $r of $np stalls inside step $s ($*), --comm-timeout 5" $rc $((SECONDS - t0)) "$name.log" "$T/$name.out" >"$T/$name.ended" &&
+    if ended "rank $r of $np: --fault $fault at step $s${*:+ ($*)}, --comm-timeout 5" $rc $((SECONDS - t0)) "$name.log" "$T/$name.out" >"$T/$name.ended" &&
        [ "$named" -ge 1 ] && [ "$named" -eq "$all" ]; then
         pass "$(sed 's/^PASS //' "$T/$name.ended"); $named rank(s) said: $(errors "$T/$name.out" | head -1 | cut -c1-190)"
     else
         grep -v '^PASS' "$T/$name.ended"
-        fail "rank $r of $np stalls inside a step ($*): $named of $all error lines name rank $r" "$(errors "$T/$name.out" | head -2)"
+        fail "rank $r of $np, --fault $fault ($*): $named of $all error lines name rank $r" "$(errors "$T/$name.out" | head -2)"
     fi
 }
-stall_check 2 1 3
-stall_check 4 2 3 --zero 1
-stall_check 2 0 2 --tp 2
+# a rank that hangs between steps: the others are a step further on
+stuck_check hang 2 1 3 "last seen at the end of step 2;"
+stuck_check hang 4 2 4 "last seen at the end of step 3;"
+# a rank that stalls INSIDE a step (its main thread stops at the backward of the last block): the
+# others go on through the passes to a collective of the same step; the watchdogs compare the
+# model's hook events and name the rank that stopped where the others went on
+stuck_check stall 2 1 3 "last seen in step 3 at the backward's start (micro-batch 1); the others went on to "
+stuck_check stall 4 2 3 "last seen in step 3 at the backward's start (micro-batch 1); the others went on to " --zero 1
+stuck_check stall 2 0 2 "last seen in step 2 at the backward's start (micro-batch 1); the others went on to " --tp 2
 
 # a rank frozen whole (SIGSTOP): its heartbeats stop as well
 $MPI -np 2 $TRAIN --steps 100000 --comm-timeout 5 --log "$T/stop.log" >"$T/stop.out" 2>&1 &
