@@ -434,16 +434,7 @@ static inline std::string guard_first_nonfinite(Plan* plan) {
     GPT2* m = plan->model;
     const int LAYERS = 1000000;   // key = tensor * LAYERS + layer + 1 (0 for a tensor without layers)
     int first = INT32_MAX;
-    std::vector<OptSegment> segs;
-    if (plan->use_dp) {   // what this rank holds: its update's segments (ZeRO: its shard) and the experts'
-        segs = plan->dp.segments;
-        segs.insert(segs.end(), plan->dp.experts.segments.begin(), plan->dp.experts.segments.end());
-    } else {
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            const ParamInfo* p = &m->param_info[i];
-            if (p->numel > 0) { segs.push_back({i, NULL, m->grads_memory + p->offset, NULL, NULL, NULL, p->numel, p->offset}); }
-        }
-    }
+    std::vector<OptSegment> segs = plan_opt_segments(plan);   // what this rank holds: its ZeRO shard, its stage, its experts
     for (const OptSegment& s : segs) {
         const ParamInfo* p = &m->param_info[s.tensor];
         size_t per = p->layered ? p->numel / (size_t)p->shape[0] : s.n;   // elements of one layer's slice

@@ -95,25 +95,19 @@ typedef struct {
 
 static inline std::vector<StateSegment> state_segments(Plan* plan) {
     GPT2* m = plan->model;
+    if (!plan->use_dp && m->m_memory == NULL) { gpt2_allocate_optimizer(m); }   // as the first update would
+    std::vector<OptSegment> segs = plan_opt_segments(plan);
     std::vector<StateSegment> out;
-    if (!plan->use_dp) {   // one rank, the model's own update: one segment per tensor
-        if (m->m_memory == NULL) { gpt2_allocate_optimizer(m); }   // as the first update would
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            const ParamInfo* p = &m->param_info[i];
-            if (p->numel == 0) { continue; }
-            size_t o = p->offset;
-            OptSegment s = {i, m->params_memory + o, m->grads_memory + o, m->m_memory + o, m->v_memory + o,
-                            m->master_memory ? m->master_memory + o : NULL, p->numel, o};
-            out.push_back({s, 0, 1});
-        }
+    if (!plan->use_dp) {   // one rank: it writes everything
+        for (const OptSegment& s : segs) { out.push_back({s, 0, 1}); }
         return out;
     }
-    DataParallel* dp = &plan->dp;
+    const DataParallel* dp = &plan->dp;
     int mine = dp->ops->owners_disjoint || dp->rank == 0;
-    for (const OptSegment& s : dp->segments) { out.push_back({s, dp->offload, mine && dp_segment_counted(m, s.tensor)}); }
     int expert_replica0 = plan->nep > 1 ? plan->ep.edp.rank == 0 : dp->rank == 0;
-    for (const OptSegment& s : dp->experts.segments) {
-        out.push_back({s, 0, expert_replica0 && dp_segment_counted(m, s.tensor)});
+    for (size_t i = 0; i < segs.size(); i++) {   // data parallelism's segments, then the experts'
+        int experts = i >= dp->segments.size();
+        out.push_back({segs[i], experts ? 0 : dp->offload, (experts ? expert_replica0 : mine) && dp_segment_counted(m, segs[i].tensor)});
     }
     return out;
 }
@@ -203,8 +197,7 @@ static inline int is_dir(const std::string& path) {
 }
 
 static inline std::string read_text_or_die(const std::string& path) {
-    if (is_dir(path)) { die("'%s' is a directory, expected a file", path.c_str()); }
-    FILE* f = fopen_or_die(path.c_str(), "rb");
+    FILE* f = fopen_or_die(path.c_str(), "rb");   // (a directory: named as one)
     std::string s;
     char buf[4096];
     size_t got;
@@ -571,8 +564,9 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         if (kind == KIND_MASTER && !has_master) { continue; }
         for (const StateSegment* g : mine) {
             host.resize(g->s.n);
-            if (kind == KIND_MASTER && !g->s.master) { state_segment_get(g, KIND_PARAMS, host.data()); }   // (never: has_master is per build)
-            else { state_segment_get(g, kind, host.data()); }
+            // a segment without master weights beside ones with them (fp32 experts next to the offloaded
+            // dense part): its parameters are its fp32 master weights
+            state_segment_get(g, kind == KIND_MASTER && !g->s.master ? KIND_PARAMS : kind, host.data());
             sw_write(&w, host.data(), host.size() * sizeof(float));
         }
     }

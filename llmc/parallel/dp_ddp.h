@@ -33,7 +33,7 @@ static inline void ddp_allreduce_bucket(DataParallel* dp, int b) {
 // every rank owns everything: its norm is the whole model's, no all-reduce of it
 static inline float ddp_update(DataParallel* dp, float lr, float beta1, float beta2, float eps, float weight_decay,
                                float grad_clip) {
-    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip, 0);
+    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
 }
 
 static inline uint64_t ddp_formula_bytes(const DataParallel* dp, int micro) {

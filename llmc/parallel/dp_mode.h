@@ -36,7 +36,8 @@ struct DPModeOps {
     void (*full_model_end)(DataParallel* dp);        // parameter (NULL: they are always there)
     uint64_t (*formula_bytes)(const DataParallel* dp, int micro);       // sent per step (N > 1)
     void (*formula_memory)(const DataParallel* dp, size_t out[MEM_NCAT]);   // bytes per category
-    int owners_disjoint;         // 1: each rank updates its own part (ZeRO, servers); 0: every rank all of it
+    int owners_disjoint;         // 1: each rank updates its own part (ZeRO, servers): the norm is summed over the
+                                 // ranks, each rank saves its part (llmc/train_state.h); 0: every rank all of it
 };
 typedef struct DPModeOps DPModeOps;
 
@@ -145,10 +146,10 @@ static inline double dp_segments_norm_squared(GPT2* m, const std::vector<OptSegm
     }
     return sq;
 }
-static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
+static inline float dp_grad_norm(DataParallel* dp) {
     GPT2* m = dp->model;
     double sq = dp_segments_norm_squared(m, dp->segments);
-    if (owners_disjoint) { MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, dp->comm->mpi); }
+    if (dp->ops->owners_disjoint) { MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, dp->comm->mpi); }
     if (dp->experts.reduce) { sq += dp->experts.sum_norm(dp->experts.ctx, dp_segments_norm_squared(m, dp->experts.segments)); }
     if (dp->shards.sum_norm) { sq = dp->shards.sum_norm(dp->shards.ctx, sq); }
     return (float)sqrt(sq);
@@ -157,7 +158,7 @@ static inline float dp_grad_norm(DataParallel* dp, int owners_disjoint) {
 // Wait for every gradient collective, clip, AdamW on each segment (the same seed per tensor
 // and step as one rank's gpt2_update). Returns the norm before clipping.
 static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, float beta2, float eps, float weight_decay,
-                                    float grad_clip, int owners_disjoint) {
+                                    float grad_clip) {
     GPT2* m = dp->model;
     dp_wait_all(dp);   // every bucket's collective has finished
     dp->in_flight.clear();
@@ -166,7 +167,7 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
         for (const OptSegment& s : dp->segments) { dp->shards.complete_grads(dp->shards.ctx, s.tensor, s.grad, s.n); }
     }
     if (dp->experts.reduce) { dp->experts.reduce(dp->experts.ctx); }   // expert parallelism's own group
-    float norm = dp_grad_norm(dp, owners_disjoint);   // the same on every rank: all skip or none
+    float norm = dp_grad_norm(dp);   // the same on every rank: all skip or none
     if (!isfinite(norm) && m->skip_nonfinite) { trace_event("AdamW update (skipped)", 0, t0); return norm; }
     float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     m->step += 1;

@@ -28,7 +28,7 @@ static inline float naive_update(DataParallel* dp, float lr, float beta1, float 
                                  float grad_clip) {
     GPT2* m = dp->model;
     dp_run(dp, "all-reduce gradients", [dp, m] { dp_allreduce_avg(dp, m->grads_memory, dp->psi); });
-    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip, 0);
+    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
 }
 
 static inline uint64_t naive_formula_bytes(const DataParallel* dp, int micro) {

@@ -86,7 +86,7 @@ static inline void zero_allgather_parameters(DataParallel* dp) {
 // the owners are disjoint: the norm's parts are summed over the ranks
 static inline float zero_update(DataParallel* dp, float lr, float beta1, float beta2, float eps, float weight_decay,
                                 float grad_clip) {
-    float norm = dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip, 1);
+    float norm = dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
     zero_allgather_parameters(dp);
     return norm;
 }

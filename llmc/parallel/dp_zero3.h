@@ -145,7 +145,7 @@ static inline void zero3_dematerialize(DataParallel* dp) {
 // the owners are disjoint; the parameters stay sharded (the gathers happen in the next forward)
 static inline float zero3_update(DataParallel* dp, float lr, float beta1, float beta2, float eps, float weight_decay,
                                  float grad_clip) {
-    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip, 1);
+    return dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
 }
 
 // --- what the lecture predicts

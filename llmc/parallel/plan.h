@@ -343,6 +343,28 @@ static inline void plan_print_layout(Plan* plan) {
     if (plan->ntp > 1) { tp_print_plan(&plan->tp); }
 }
 
+// What this rank's optimizer holds, as segments: data parallelism's (its ZeRO block, a server's
+// slice, everything with DDP), then the experts' it owns; on one rank, one per tensor of the
+// model's own buffers (m, v, master NULL until the first update allocates them). The training
+// state saves and fills these; the NaN search reads their gradients.
+static inline std::vector<OptSegment> plan_opt_segments(const Plan* plan) {
+    std::vector<OptSegment> out;
+    GPT2* m = plan->model;
+    if (plan->use_dp) {
+        out = plan->dp.segments;
+        out.insert(out.end(), plan->dp.experts.segments.begin(), plan->dp.experts.segments.end());
+        return out;
+    }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParamInfo* p = &m->param_info[i];
+        if (p->numel == 0) { continue; }
+        size_t o = p->offset;
+        out.push_back({i, m->params_memory + o, m->grads_memory + o, m->m_memory ? m->m_memory + o : NULL,
+                       m->v_memory ? m->v_memory + o : NULL, m->master_memory ? m->master_memory + o : NULL, p->numel, o});
+    }
+    return out;
+}
+
 // layernorm gradient elements this rank completes over the tp group before an update (SP)
 static inline size_t plan_norm_elems(const Plan* plan) {
     size_t n = 0;
