@@ -67,6 +67,17 @@ typedef struct {
     float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
     const char* on_nan;         // stop or skip
     const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/guard.h)
+    // precision and memory (doc/precision.md, doc/memory.md)
+    const char* precision;      // fp32, bf16 or fp16 (NULL: the build's own: fp32 on the CPU, bf16 on CUDA)
+    const char* loss_scale;     // off, dynamic, or a fixed scale (llmc/loss_scale.h)
+    float loss_scale_init;      // dynamic: the first scale
+    int loss_scale_window;      // dynamic: clean steps before the scale doubles
+    const char* fp8;            // off, current or delayed scaling (llmc/fp8.h)
+    int fp8_history;            // delayed scaling: steps of amax history
+    const char* recompute;      // none, selective or full (llmc/gpt2.h)
+    int qwz;                    // ZeRO++: block-wise int8 weight all-gather
+    int hpz;                    // ZeRO++: secondary weight partition over groups of this many ranks (0: off)
+    int qgz;                    // ZeRO++: gradient reduce-scatter quantised to 4 or 8 bits (0: off)
 } TrainArgs;
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
@@ -93,6 +104,8 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->prompts = "data/arithmetic/sft_train_*.bin";
     a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
     a->on_nan = "stop";
+    a->loss_scale = "off"; a->loss_scale_init = 65536.0f; a->loss_scale_window = 200;
+    a->fp8 = "off"; a->fp8_history = 16; a->recompute = "none";
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
@@ -170,6 +183,16 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"exit-after", ARG_INT, &a->exit_after, "stop after this step as a pre-empted job would (saving the state first), 0 = never"},
         {"comm-timeout", ARG_FLOAT, &a->comm_timeout, "seconds a rank waits for another before it ends the job, 0 = forever"},
         {"on-nan", ARG_STRING, &a->on_nan, "a non-finite loss or gradient norm: stop (name the step and tensor) or skip the update"},
+        {"precision", ARG_STRING, &a->precision, "number format of parameters, activations and gradients: fp32, bf16 or fp16 (CPU: all three, simulated; CUDA: the build's)"},
+        {"loss-scale", ARG_STRING, &a->loss_scale, "loss scaling: off, dynamic (halve on overflow, double after --loss-scale-window clean steps) or a fixed scale"},
+        {"loss-scale-init", ARG_FLOAT, &a->loss_scale_init, "dynamic loss scaling: the first scale"},
+        {"loss-scale-window", ARG_INT, &a->loss_scale_window, "dynamic loss scaling: clean steps before the scale doubles"},
+        {"fp8", ARG_STRING, &a->fp8, "FP8 matmuls (simulated): off, current (per-tensor scale from this tensor) or delayed (from an amax history)"},
+        {"fp8-history", ARG_INT, &a->fp8_history, "--fp8 delayed: steps of amax history the scale is taken from"},
+        {"recompute", ARG_STRING, &a->recompute, "activation recomputation: none, selective (attention scores, GELU input) or full (each block from its input)"},
+        {"qwz", ARG_SWITCH, &a->qwz, "ZeRO++ qwZ (with --zero 3): weights all-gathered as block-wise int8 with scales"},
+        {"hpz", ARG_INT, &a->hpz, "ZeRO++ hpZ (with --zero 3): a secondary weight partition within groups of N ranks (a node), 0 = off"},
+        {"qgz", ARG_INT, &a->qgz, "ZeRO++ qgZ (with --zero 3): gradients reduce-scattered as 4- or 8-bit blocks over all-to-all, 0 = off"},
         {"fault", ARG_STRING, &a->fault, "tests only: inject a fault in step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP (before it), stall:RANK:STEP (inside it), kill:RANK:STEP"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
@@ -283,6 +306,28 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
     if (!(a->comm_timeout >= 0.0f)) { die("--comm-timeout must be >= 0 seconds, got %g", a->comm_timeout); }
     if (strcmp(a->on_nan, "stop") != 0 && strcmp(a->on_nan, "skip") != 0) { die("--on-nan must be stop or skip, got '%s'", a->on_nan); }
+    if (a->precision && strcmp(a->precision, "fp32") != 0 && strcmp(a->precision, "bf16") != 0 && strcmp(a->precision, "fp16") != 0) {
+        die("--precision must be fp32, bf16 or fp16, got '%s'", a->precision);
+    }
+    if (strcmp(a->loss_scale, "off") != 0 && strcmp(a->loss_scale, "dynamic") != 0) {
+        char* end;
+        double v = strtod(a->loss_scale, &end);
+        if (*end != 0 || !(v > 0) || !isfinite(v)) { die("--loss-scale must be off, dynamic or a positive scale, got '%s'", a->loss_scale); }
+    }
+    if (!(a->loss_scale_init > 0) || !isfinite(a->loss_scale_init)) { die("--loss-scale-init must be a positive scale, got %g", a->loss_scale_init); }
+    if (a->loss_scale_window < 1) { die("--loss-scale-window must be >= 1, got %d", a->loss_scale_window); }
+    if (strcmp(a->fp8, "off") != 0 && strcmp(a->fp8, "current") != 0 && strcmp(a->fp8, "delayed") != 0) {
+        die("--fp8 must be off, current or delayed, got '%s'", a->fp8);
+    }
+    if (a->fp8_history < 1) { die("--fp8-history must be >= 1, got %d", a->fp8_history); }
+    if (strcmp(a->recompute, "none") != 0 && strcmp(a->recompute, "selective") != 0 && strcmp(a->recompute, "full") != 0) {
+        die("--recompute must be none, selective or full, got '%s'", a->recompute);
+    }
+    if (a->hpz < 0) { die("--hpz must be >= 0 (ranks per group, 0 = off), got %d", a->hpz); }
+    if (a->qgz != 0 && a->qgz != 4 && a->qgz != 8) { die("--qgz must be 0, 4 or 8 bits, got %d", a->qgz); }
+    if ((a->qwz || a->hpz || a->qgz) && a->zero != 3) {
+        die("--qwz, --hpz and --qgz are ZeRO++: they change ZeRO-3's collectives and need --zero 3 (got --zero %d)", a->zero);
+    }
     if (a->save_state_every > 0 && !a->save_state) { die("--save-state-every %d needs --save-state DIR", a->save_state_every); }
     if (a->exit_after > 0 && a->exit_after >= a->steps) { die("--exit-after %d must be below --steps %d", a->exit_after, a->steps); }
     if (a->exit_after > 0 && !a->save_state) { die("--exit-after %d stops the run to continue it later: add --save-state DIR", a->exit_after); }
