@@ -78,7 +78,7 @@ build/config/%.flags: FORCE
 .PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
   nvcc-check data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
@@ -92,6 +92,12 @@ test_gpt2cpu: test/test_gpt2.cu $(HEADERS) build/config/test_gpt2cpu.flags
 
 test_kernelscpu: test/test_kernels.cu $(HEADERS) build/config/test_kernelscpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+
+# the number formats (llmc/precision.h) and the CPU's reduced-precision storage, exactly; run by
+# test/test_precision.sh, which also builds perturbed copies
+test_precisioncpu: test/test_precision.cu $(HEADERS) build/config/test_precisioncpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+build/config/test_precisioncpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
 # generation with a KV cache (llmc/generate.h) against the full forward
 test_generatecpu: test/test_generate.cu $(HEADERS) build/config/test_generatecpu.flags
@@ -185,9 +191,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -285,7 +291,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_generatecpu test_sftcpu test_collectivescpu test_cp_attentioncpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_collectivescpu test_cp_attentioncpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

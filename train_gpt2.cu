@@ -22,6 +22,7 @@
 #include "llmc/guard.h"
 #include "llmc/tasks/tasks.h"
 #include "llmc/train_state.h"
+#include "llmc/loss_scale.h"
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     // ---- the model, the batch, the task
     GPT2 model;
     train_state_model(&model, &args, plan_place, &plan);   // the shard of it this rank holds (--resume: the saved one)
+    model.recompute = gpt2_recompute_parse(args.recompute);   // what the forward keeps per layer (before allocating)
     const GPT2Config* cfg = &model.config;
     if (args.seq > cfg->max_seq_len) { die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len); }
     int B = plan_micro_batch(&plan), T = args.seq;
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
     TrainState state;
     train_state_init(&state, &plan, &task, &args, &sample_rng);   // --resume: step, optimizer, data, RNG, log
     if (logf) { fputs(state.log.c_str(), logf); }
+    LossScaler scaler;   // --loss-scale: the loss times S, the gradients divided by S in the update (llmc/loss_scale.h)
+    loss_scale_init(&scaler, args.loss_scale, args.loss_scale_init, args.loss_scale_window);
     int stopped = 0;
     double flops_per_step = gpt2_flops_per_token(&model, T) * args.batch * T;
     double timed_seconds = 0.0;
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
 
         double t0 = wall_seconds();
         float dloss = guard_dloss(&guard, step, task.begin_step(&task, step));   // progress mark, --on-nan, --fault
+        dloss = loss_scale_dloss(&scaler, &model, dloss);   // x S (1 without --loss-scale)
         plan_zero_grad(&plan);
         MicroBatchSource batches = task_batches(&task);
         float loss = plan.step.run(plan.step.ctx, &model, &batches, args.grad_accum, dloss);
@@ -104,11 +109,14 @@ int main(int argc, char** argv) {
         loss = task.step_loss(&task, plan_mean(&plan, loss));
         backend_synchronize();
         double dt = wall_seconds() - t0;
-        guard_step_end(&guard, step, loss, norm);   // a non-finite loss or norm: stop naming the tensor, or skip (--on-nan)
+        int overflow = loss_scale_update(&scaler, step, loss, norm);   // skipped for overflow: S halves
+        guard_step_end(&guard, step, loss, norm, overflow);   // a non-finite loss or norm: stop naming the tensor, or skip (--on-nan)
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
         double peak = backend_peak_flops();
+        char scale_note[64];
         print_step_line(step + 1, args.steps, loss, norm, lr, dt, (double)args.batch * task.micro[0].T,
-                        peak > 0 ? 100.0 * flops_per_step / dt / (peak * plan.world_size) : -1.0);
+                        peak > 0 ? 100.0 * flops_per_step / dt / (peak * plan.world_size) : -1.0,
+                        loss_scale_describe(&scaler, scale_note, sizeof(scale_note)));
         if (plan.rank == 0) {   // the --log lines, kept also for the training state (a resumed run's --log has them all)
             char line[128];
             snprintf(line, sizeof(line), "%d %.9g %.9g %.9g\n", step + 1, loss, norm, lr);

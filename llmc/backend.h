@@ -20,6 +20,8 @@
 #include "cpu/classifier.h"
 #include "cpu/global_norm.h"
 #include "cpu/adamw.h"
+#include "cpu/quantize.h"       // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
+#include "cpu/fp8.h"                // FP8 simulated: absmax, fake quantisation (llmc/fp8.h)
 
 // Backend services the driver calls; on the CPU there is nothing to set up or wait for.
 static inline void backend_init(int local_rank) { (void)local_rank; }
@@ -35,8 +37,37 @@ static inline void backend_shutdown() {}
 static inline const char* backend_device_name() { return "cpu"; }
 // Peak dense FLOP/s of the device in the build's precision, 0 when unknown: MFU prints n/a.
 static inline double backend_peak_flops() { return 0.0; }
+// --precision: the CPU backend stores floatX rounded to fp32, bf16 or fp16 (llmc/cpu/memory.h)
+static inline int backend_precision() { return cpu_prec.prec; }
+static inline void backend_set_precision(int prec) { cpu_prec.prec = prec < 0 ? PREC_FP32 : prec; }
+static inline void backend_precision_counting(int on) { cpu_prec.paused = !on; }   // off while --recompute rebuilds
+// what rounding to it did over the run: the underflow (non-zero values stored as 0) and overflow
+// (finite values stored as inf) that loss scaling is about (doc/precision.md)
+static inline void backend_precision_report() {
+    if (cpu_prec.prec == PREC_FP32) { return; }
+    const char* kinds[2] = {"activations", "gradients"};
+    for (int k = 1; k >= 0; k--) {
+        double nz = cpu_prec.nonzero[k];
+        printf("%s rounding, %-11s %.4f%% of %.3g non-zero values flushed to zero, %.0f finite values overflowed to inf\n",
+               precision_name(cpu_prec.prec), kinds[k], nz > 0 ? 100.0 * cpu_prec.flushed[k] / nz : 0.0, nz,
+               cpu_prec.overflowed[k]);
+    }
+}
 #else
 #include "cuda/backend.cuh"   // the same names, on the GPU (llmc/cuda/)
+#include "precision.h"
+// --precision on CUDA: the build's floatX (bf16, or fp32 with make PRECISION=FP32); FP16 is
+// studied on the CPU backend, which rounds to it (doc/precision.md)
+static inline int backend_precision() { return FLOATX_IS_BF16 ? PREC_BF16 : PREC_FP32; }
+static inline void backend_precision_report() {}   // the GPU's conversions are not counted
+static inline void backend_precision_counting(int on) { (void)on; }
+static inline void backend_set_precision(int prec) {
+    if (prec >= 0 && prec != backend_precision()) {
+        die("--precision %s: this CUDA build stores %s (make PRECISION=FP32 builds fp32, the default build bf16); "
+            "--precision fp16 runs on the CPU backend (./train_gpt2cpu --precision fp16)", precision_name(prec),
+            precision_name(backend_precision()));
+    }
+}
 #endif
 
 static inline int backend_num_threads() {

@@ -74,6 +74,31 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
 } BlockActs;
 
+// Activation recomputation (--recompute; doc/memory-recompute.md): what the forward keeps per
+// layer for the backward, and what the backward of layer l rebuilds first, into ONE block's
+// scratch set (GPT2.scratch) that every layer and slot shares (the backward runs one layer at a
+// time, so one is enough, however many micro-batches a pipeline has in flight):
+//   none       everything above, per layer
+//   selective  not att (the attention's state: on the CPU the T x T probabilities of every head)
+//              nor fch_gelu (the GELU's output): the backward reruns the attention op on the kept
+//              qkv and the GELU on the kept fch (its input)
+//   full       only the block's input (encoded, then each layer's residual3): the backward reruns
+//              the block's forward (gpt2_block_compute's pieces, through the same ops, so tensor-
+//              parallel linears communicate again, in lockstep on every rank, as in Megatron)
+// The recomputed tensors come from the same kernels on the same inputs, so the gradients, and
+// the losses, are bit-identical to no recomputation.
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+static inline const char* gpt2_recompute_name(int r) {
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+static inline int gpt2_recompute_parse(const char* s) {
+    if (s == NULL || strcmp(s, "none") == 0) { return RECOMPUTE_NONE; }
+    if (strcmp(s, "selective") == 0) { return RECOMPUTE_SELECTIVE; }
+    if (strcmp(s, "full") == 0) { return RECOMPUTE_FULL; }
+    die("--recompute must be none, selective or full, got '%s'", s);
+    return RECOMPUTE_NONE;
+}
+
 // Gradients of activations: only one layer's worth is alive at a time in the backward pass.
 typedef struct {
     floatX* dresidual;  // (B, Ts, C) gradient of the residual stream, shared by both branches
@@ -102,10 +127,14 @@ typedef struct GPT2 {
     float* master_memory;       // fp32 master weights (only when floatX is narrower: CUDA bf16)
     int step;                   // AdamW t (number of updates done)
     int skip_nonfinite;         // --on-nan skip: an update whose gradient norm is not finite does nothing
+    float loss_scale;           // S: the gradients hold S x the loss's gradient (llmc/loss_scale.h); 1 without scaling
     // activations: num_slots sets, each for up to max_B x max_T tokens
     int max_B, max_T, num_slots;
     ActivationTensors acts[GPT2_MAX_SLOTS];
     GradientBuffers bufs;
+    int recompute;              // Recompute: what the forward keeps per layer (set before allocating the activations)
+    int recomputing;            // 1 while the backward rebuilds a block (gpt2_block_recompute)
+    BlockActs scratch;          // one block's buffers that recomputation rebuilds (NULL: kept per layer, or none)
     floatX* logits;             // slot 0's logits (acts[0].logits): what the one-micro-batch callers read
     void* acts_memory;
     size_t acts_bytes;          // allocated (each buffer rounded up to 64 bytes)
@@ -227,6 +256,7 @@ static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GP
     point_parameters(&model->params, model->params_memory, model->param_info);
     point_parameters(&model->grads, model->grads_memory, model->param_info);
     model->norm_squared = (float*)device_malloc(sizeof(float));
+    model->loss_scale = 1.0f;
     model->ops = gpt2_default_ops();
     if (gpt2_is_moe(cfg)) { model->moe = moe_create(cfg, place); }
 }
@@ -293,6 +323,12 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     size_t BTs = (size_t)B * gpt2_place_stream_tokens(&model->place, T);   // the residual stream's tokens
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = gpt2_attention_state_size(model, B, T);
+    // what each slot keeps per layer (--recompute): Lk layers of most buffers (none with full
+    // recomputation), La of the attention state and the GELU output (none with selective or
+    // full); residual3 always, as the next layer's input. The rest: one block's scratch set.
+    int mode = model->recompute;
+    size_t Lk = mode == RECOMPUTE_FULL ? 0 : L, La = mode == RECOMPUTE_NONE ? L : 0;
+    size_t Sk = mode == RECOMPUTE_FULL ? 1 : 0, Sa = mode == RECOMPUTE_NONE ? 0 : 1;   // scratch: 1 or 0 layers
     // (pointer, element count, element size) for every buffer, carved from one allocation
     struct Buf { void** ptr; size_t count; size_t elsize; };
     std::vector<Buf> tensors;
@@ -300,20 +336,20 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
         ActivationTensors* a = &model->acts[s];
         Buf per_slot[] = {
             {(void**)&a->encoded, BTs * C, sizeof(floatX)},
-            {(void**)&a->ln1, L * BTs * C, sizeof(floatX)},
-            {(void**)&a->ln1_mean, L * BTs, sizeof(float)},
-            {(void**)&a->ln1_rstd, L * BTs, sizeof(float)},
-            {(void**)&a->qkv, L * BT * Cq, sizeof(floatX)},
-            {(void**)&a->atty, L * BT * Ca, sizeof(floatX)},
-            {(void**)&a->att, L * att, sizeof(float)},
-            {(void**)&a->attproj, L * BTs * C, sizeof(floatX)},
-            {(void**)&a->residual2, L * BTs * C, sizeof(floatX)},
-            {(void**)&a->ln2, L * BTs * C, sizeof(floatX)},
-            {(void**)&a->ln2_mean, L * BTs, sizeof(float)},
-            {(void**)&a->ln2_rstd, L * BTs, sizeof(float)},
-            {(void**)&a->fch, L * BT * H, sizeof(floatX)},
-            {(void**)&a->fch_gelu, L * BT * H, sizeof(floatX)},
-            {(void**)&a->fcproj, L * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln1, Lk * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln1_mean, Lk * BTs, sizeof(float)},
+            {(void**)&a->ln1_rstd, Lk * BTs, sizeof(float)},
+            {(void**)&a->qkv, Lk * BT * Cq, sizeof(floatX)},
+            {(void**)&a->atty, Lk * BT * Ca, sizeof(floatX)},
+            {(void**)&a->att, La * att, sizeof(float)},
+            {(void**)&a->attproj, Lk * BTs * C, sizeof(floatX)},
+            {(void**)&a->residual2, Lk * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln2, Lk * BTs * C, sizeof(floatX)},
+            {(void**)&a->ln2_mean, Lk * BTs, sizeof(float)},
+            {(void**)&a->ln2_rstd, Lk * BTs, sizeof(float)},
+            {(void**)&a->fch, Lk * BT * H, sizeof(floatX)},
+            {(void**)&a->fch_gelu, La * BT * H, sizeof(floatX)},
+            {(void**)&a->fcproj, Lk * BTs * C, sizeof(floatX)},
             {(void**)&a->residual3, L * BTs * C, sizeof(floatX)},
             {(void**)&a->lnf, BTs * C, sizeof(floatX)},
             {(void**)&a->lnf_mean, BTs, sizeof(float)},
@@ -330,6 +366,25 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
         {(void**)&model->bufs.dfch, BT * H, sizeof(floatX)},
     };
     tensors.insert(tensors.end(), shared, shared + sizeof(shared) / sizeof(shared[0]));
+    BlockActs* r = &model->scratch;   // recomputation's one block (its input and residual3 are kept)
+    memset(r, 0, sizeof(*r));
+    Buf scratch[] = {
+        {(void**)&r->ln1, Sk * BTs * C, sizeof(floatX)},
+        {(void**)&r->ln1_mean, Sk * BTs, sizeof(float)},
+        {(void**)&r->ln1_rstd, Sk * BTs, sizeof(float)},
+        {(void**)&r->qkv, Sk * BT * Cq, sizeof(floatX)},
+        {(void**)&r->atty, Sk * BT * Ca, sizeof(floatX)},
+        {(void**)&r->att, Sa * att, sizeof(float)},
+        {(void**)&r->attproj, Sk * BTs * C, sizeof(floatX)},
+        {(void**)&r->residual2, Sk * BTs * C, sizeof(floatX)},
+        {(void**)&r->ln2, Sk * BTs * C, sizeof(floatX)},
+        {(void**)&r->ln2_mean, Sk * BTs, sizeof(float)},
+        {(void**)&r->ln2_rstd, Sk * BTs, sizeof(float)},
+        {(void**)&r->fch, Sk * BT * H, sizeof(floatX)},
+        {(void**)&r->fch_gelu, Sa * BT * H, sizeof(floatX)},
+        {(void**)&r->fcproj, Sk * BTs * C, sizeof(floatX)},
+    };
+    tensors.insert(tensors.end(), scratch, scratch + sizeof(scratch) / sizeof(scratch[0]));
     for (int s = 0; s < slots; s++) {
         ActivationTensors* a = &model->acts[s];
         Buf io[] = {
@@ -348,7 +403,7 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     model->acts_requested = requested;
     char* base = (char*)model->acts_memory;
     for (const Buf& t : tensors) {
-        *t.ptr = base;
+        *t.ptr = t.count ? base : NULL;   // a buffer this mode does not keep is NULL: misuse fails loudly
         base += ceil_div(t.count * t.elsize, 64) * 64;   // keep 64-byte alignment
     }
     for (int s = 0; s < slots; s++) {
@@ -363,6 +418,45 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     if (model->moe) { moe_allocate(model->moe, c, &model->place, B, T, slots, (int)H); }
 }
 static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_allocate_activations_slots(model, B, T, 1); }
+
+// The activation bytes of `slots` slots of B x T tokens in closed form: the lecture's count
+// (seed 003, Korthikanti et al.: 34 sbh + 5 a s^2 b bytes per layer at 2 bytes a value) written
+// for this code, with v bytes a value (sizeof(floatX): 4 on the CPU, 2 for CUDA's bf16), h = C,
+// Ts the residual stream's tokens (T, or T/tp with SP), and S_att the attention op's state
+// floats per layer (CPU: B NH/tp T^2, the probabilities; CUDA: B NH/tp T, the log-sum-exps):
+//   one whole block  B Ts (6 v h + 16) + B T 12 v h/tp + 4 S_att
+//     stream (6 h): ln1, attproj, residual2, ln2, fcproj, residual3; 16: 4 fp32 layernorm statistics
+//     tp region (12 h/tp): qkv 3, atty 1, fch 4, fch_gelu 4
+//   per layer kept   none: the whole block; selective: minus fch_gelu and the state,
+//                    B T 4 v h/tp + 4 S_att; full: residual3 only, B Ts v h
+//   scratch (once)   none: 0; selective: B T 4 v h/tp + 4 S_att; full: the whole block minus
+//                    residual3 (the block's input and output are kept)
+//   per slot         Ls layers kept + encoded, lnf + stats B Ts (2 v h + 8) + logits B T Vp/tp v
+//                    (the stage with the head) + losses, tokens, targets, weights 16 B T
+//   backward         dresidual, dln B Ts 2 v h + datty, dqkv, dfch B T 8 v h/tp (one layer's)
+typedef struct {
+    size_t block, per_layer, scratch, per_slot, backward, total;
+} ActivationFormula;
+
+static inline ActivationFormula gpt2_activation_formula(const GPT2* m, int B, int T, int slots) {
+    const GPT2Config* c = &m->config;
+    size_t v = sizeof(floatX), h = (size_t)c->channels, tp = (size_t)m->place.tp, Ls = (size_t)gpt2_slot_layers(m);
+    size_t b = (size_t)B, s = (size_t)T, Ts = (size_t)gpt2_place_stream_tokens(&m->place, T);
+    size_t S = gpt2_attention_state_size(m, B, T);   // the attention op's own count (state_size)
+    ActivationFormula f;
+    f.block = b * Ts * (6 * v * h + 16) + b * s * 12 * v * h / tp + 4 * S;
+    size_t again = b * s * 4 * v * h / tp + 4 * S;   // selective: fch_gelu and the attention state
+    switch (m->recompute) {
+        case RECOMPUTE_SELECTIVE: f.per_layer = f.block - again; f.scratch = again; break;
+        case RECOMPUTE_FULL: f.per_layer = b * Ts * v * h; f.scratch = f.block - b * Ts * v * h; break;
+        default: f.per_layer = f.block; f.scratch = 0; break;
+    }
+    f.per_slot = Ls * f.per_layer + b * Ts * (2 * v * h + 8) +
+                 (m->place.has_head ? b * s * (size_t)c->padded_vocab_size / tp * v : 0) + 16 * b * s;
+    f.backward = b * Ts * 2 * v * h + b * s * 8 * v * h / tp;
+    f.total = (size_t)slots * f.per_slot + f.scratch + f.backward;
+    return f;
+}
 
 // ---------------------------------------------------------------------------------------
 // Forward pieces
@@ -404,7 +498,8 @@ static inline void gpt2_embed_forward(GPT2* model, int slot) {
 }
 
 // Block l's saved activations in a slot (l: global layer index; li: its index in the slot,
-// whose layers are one chunk's)
+// whose layers are one chunk's). What recomputation does not keep per layer points into the
+// one scratch block (model->scratch): the forward writes it there, the backward rebuilds it.
 static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     ActivationTensors* a = &model->acts[slot];
     size_t BT = (size_t)a->B * a->T, BTs = (size_t)a->B * a->Ts, C = model->config.channels;
@@ -416,21 +511,30 @@ static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = gpt2_attention_state_size(model, a->B, a->T);
     BlockActs b;
+    if (model->recompute == RECOMPUTE_FULL) {
+        b = model->scratch;   // everything but the block's input and output
+    } else {
+        b.ln1 = a->ln1 + li * BTs * C;
+        b.ln1_mean = a->ln1_mean + li * BTs;
+        b.ln1_rstd = a->ln1_rstd + li * BTs;
+        b.qkv = a->qkv + li * BT * Cq;
+        b.atty = a->atty + li * BT * Ca;
+        b.attproj = a->attproj + li * BTs * C;
+        b.residual2 = a->residual2 + li * BTs * C;
+        b.ln2 = a->ln2 + li * BTs * C;
+        b.ln2_mean = a->ln2_mean + li * BTs;
+        b.ln2_rstd = a->ln2_rstd + li * BTs;
+        b.fch = a->fch + li * BT * H;
+        b.fcproj = a->fcproj + li * BTs * C;
+        if (model->recompute == RECOMPUTE_SELECTIVE) {
+            b.att = model->scratch.att;
+            b.fch_gelu = model->scratch.fch_gelu;
+        } else {
+            b.att = a->att + li * att;
+            b.fch_gelu = a->fch_gelu + li * BT * H;
+        }
+    }
     b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BTs * C;
-    b.ln1 = a->ln1 + li * BTs * C;
-    b.ln1_mean = a->ln1_mean + li * BTs;
-    b.ln1_rstd = a->ln1_rstd + li * BTs;
-    b.qkv = a->qkv + li * BT * Cq;
-    b.atty = a->atty + li * BT * Ca;
-    b.att = a->att + li * att;
-    b.attproj = a->attproj + li * BTs * C;
-    b.residual2 = a->residual2 + li * BTs * C;
-    b.ln2 = a->ln2 + li * BTs * C;
-    b.ln2_mean = a->ln2_mean + li * BTs;
-    b.ln2_rstd = a->ln2_rstd + li * BTs;
-    b.fch = a->fch + li * BT * H;
-    b.fch_gelu = a->fch_gelu + li * BT * H;
-    b.fcproj = a->fcproj + li * BTs * C;
     b.residual3 = a->residual3 + li * BTs * C;
     return b;
 }
@@ -441,21 +545,65 @@ static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
 }
 
 // The block's computation on given weights and activation buffers: the one copy of the block
-// that training (gpt2_block_forward) and generation (llmc/generate.h) share.
-static inline void gpt2_block_compute(GPT2* model, const GPT2Ops* ops, const OpAt* at, const BlockWeights* w,
-                                      BlockActs* b) {
+// that training (gpt2_block_forward), generation (llmc/generate.h) and full recomputation
+// (gpt2_block_recompute) share. In two pieces: up to ln2 (the attention half), then the MLP.
+static inline void gpt2_block_compute_attention(GPT2* model, const GPT2Ops* ops, const OpAt* at, const BlockWeights* w,
+                                                BlockActs* b) {
     int B = at->B, Ts = at->Ts, C = model->config.channels;   // the residual stream: B x Ts tokens
-    int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), NH = gpt2_local_heads(model);
-    size_t BTC = (size_t)B * Ts * C;
+    int Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), NH = gpt2_local_heads(model);
     layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, w->ln1w, w->ln1b, B, Ts, C);
     ops->linear.forward(ops->linear.ctx, at, LINEAR_QKV, b->qkv, b->ln1, w->qkvw, w->qkvb, C, Cq);
     ops->attention.forward(ops->attention.ctx, at, b->atty, b->att, b->qkv, Ca, NH);
     ops->linear.forward(ops->linear.ctx, at, LINEAR_ATTPROJ, b->attproj, b->atty, w->attprojw, w->attprojb, Ca, C);
-    residual_forward(b->residual2, b->residual, b->attproj, BTC);
+    residual_forward(b->residual2, b->residual, b->attproj, (size_t)B * Ts * C);
     layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, w->ln2w, w->ln2b, B, Ts, C);
+}
+static inline void gpt2_block_compute(GPT2* model, const GPT2Ops* ops, const OpAt* at, const BlockWeights* w,
+                                      BlockActs* b) {
+    int C = model->config.channels, H = gpt2_local_hidden(model);
+    gpt2_block_compute_attention(model, ops, at, w, b);
     MLPActs mlp = {b->fch, b->fch_gelu, b->fcproj};
     ops->mlp.forward(ops->mlp.ctx, at, &mlp, b->ln2, w, C, H);
-    residual_forward(b->residual3, b->residual2, b->fcproj, BTC);
+    residual_forward(b->residual3, b->residual2, b->fcproj, (size_t)at->B * at->Ts * C);
+}
+
+// Recomputation (--recompute), at the start of block l's backward: rebuild in the scratch block
+// what the forward did not keep, from what it kept, with the same kernels and ops on the same
+// inputs (so the same bits), and the weights the backward's hooks provide (ZeRO-3 gathers them).
+//   selective  the attention op again on the kept qkv: its state into the scratch, its output
+//              (= the kept atty) into datty, free until the attention projection's backward
+//              writes it; the GELU again on the kept fch
+//   full       the block's forward from its kept input, without the last residual add (residual3
+//              is kept: the next layer's input). An MoE block's MLP is not rerun: its routing
+//              and expert activations live in the MoE's own per-slot buffers (llmc/moe.h), and
+//              a second routing would count the step's statistics (and the all-to-alls) twice;
+//              its backward needs only ln2, which the attention half rebuilds.
+static inline void gpt2_block_rebuild(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
+    const GPT2Ops* ops = &model->ops;
+    int C = model->config.channels, H = gpt2_local_hidden(model);
+    int dense = !gpt2_layer_is_moe(&model->config, at->layer);
+    if (model->recompute == RECOMPUTE_FULL) {
+        gpt2_block_compute_attention(model, ops, at, w, b);
+        if (dense) {
+            MLPActs mlp = {b->fch, b->fch_gelu, b->fcproj};
+            ops->mlp.forward(ops->mlp.ctx, at, &mlp, b->ln2, w, C, H);
+        }
+        return;
+    }
+    ops->attention.forward(ops->attention.ctx, at, model->bufs.datty, b->att, b->qkv, gpt2_local_attn(model),
+                           gpt2_local_heads(model));
+    if (dense) { gelu_forward(b->fch_gelu, b->fch, (size_t)at->B * at->T * H); }
+}
+// While it runs, model->recomputing tells ops that keep state across calls to replay what the
+// forward did rather than record again (llmc/fp8.h: the forward's scales, no second amax), and
+// --precision's counters pause (each stored value counted once).
+static inline void gpt2_block_recompute(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
+    if (model->recompute == RECOMPUTE_NONE) { return; }
+    model->recomputing = 1;
+    backend_precision_counting(0);
+    gpt2_block_rebuild(model, at, w, b);
+    backend_precision_counting(1);
+    model->recomputing = 0;
 }
 
 static inline void gpt2_block_forward(GPT2* model, int slot, int l) {
@@ -532,6 +680,7 @@ static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
     hooks_block_backward_begin(&model->hooks, l, &w, &gw);
     BlockActs b = gpt2_block_acts(model, slot, l);
     OpAt at = gpt2_at(model, slot, l);
+    gpt2_block_recompute(model, &at, &w, &b);   // --recompute: what the forward did not keep
     const GPT2Ops* ops = &model->ops;
     GradientBuffers d = model->bufs;
     int B = at.B, Ts = at.Ts, C = model->config.channels;   // layernorms: the residual stream's B x Ts tokens
@@ -579,8 +728,14 @@ static inline BlockGradKeep gpt2_keep_at(const GPT2* m, floatX* base, int B, int
 // B needs the block's weights but no gradient buffer: it raises no placement hook (ZeRO-3, which
 // gathers weights in them, does not combine with it). W raises the block's backward hooks, so
 // data parallelism's buckets receive the weight gradients and see the block complete after W.
+// Recomputation does not combine with it either: W reads the activations long after B, with other
+// micro-batches' B passes in between, so one recomputed scratch block cannot serve both.
 static inline void gpt2_block_backward_input(GPT2* model, int slot, int l, const BlockGradKeep* k) {
     if (model->params_memory == NULL) { die("the zero-bubble backward needs this rank's weights in place (not ZeRO-3)"); }
+    if (model->recompute != RECOMPUTE_NONE) {
+        die("--recompute %s does not combine with --pp-schedule zb-h1: its split backward reads the activations twice, "
+            "apart", gpt2_recompute_name(model->recompute));
+    }
     BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
     BlockWeights gw;
     memset(&gw, 0, sizeof(gw));   // no weight gradients in this half
@@ -603,6 +758,7 @@ static inline void gpt2_block_backward_input(GPT2* model, int slot, int l, const
 }
 
 static inline void gpt2_block_backward_weight(GPT2* model, int slot, int l, const BlockGradKeep* k) {
+    if (model->recompute != RECOMPUTE_NONE) { die("--recompute %s does not combine with --pp-schedule zb-h1", gpt2_recompute_name(model->recompute)); }
     BlockWeights w = block_weights_in(model->params_memory, model->param_info, &model->place, l);
     BlockWeights gw = block_weights_in(model->grads_memory, model->param_info, &model->place, l);
     hooks_block_backward_begin(&model->hooks, l, &w, &gw);
@@ -710,9 +866,10 @@ static inline void gpt2_allocate_optimizer(GPT2* model) {
 static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_clip) {
     if (model->m_memory == NULL) { gpt2_allocate_optimizer(model); }
-    float norm = gpt2_grad_norm(model);
+    float norm = gpt2_grad_norm(model) / model->loss_scale;   // the norm of the loss's gradient (unscaled)
     if (!isfinite(norm) && model->skip_nonfinite) { return norm; }   // the step is skipped: no AdamW, t unchanged
-    float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    // clipping, and 1/S: AdamW reads S x gradient and scales it in fp32
+    float grad_scale = ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f) / model->loss_scale;
     model->step += 1;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model->param_info[i];

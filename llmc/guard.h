@@ -287,7 +287,7 @@ static inline void guard_free(Guard* g) { guard_stop(g); }
 // ---------------------------------------------------------------------------------------
 // Set-up
 
-// --fault nan:STEP | hang:RANK:STEP | kill:RANK:STEP (steps from 1, as printed)
+// --fault nan:STEP | nan:RANK:STEP | hang:RANK:STEP | kill:RANK:STEP (steps from 1, as printed)
 static inline void guard_parse_fault(Guard* g, const char* s) {
     g->fault = FAULT_NONE;
     g->fault_rank = -1;
@@ -297,6 +297,10 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
     if (sscanf(s, "nan:%d%n", &a, &end) == 1 && s[end] == 0 && a >= 1) {
         g->fault = FAULT_NAN;
         g->fault_step = a;
+    } else if (sscanf(s, "nan:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
+        g->fault = FAULT_NAN;   // one rank's gradients only: the others must skip the step with it
+        g->fault_rank = a;
+        g->fault_step = b;
     } else if (sscanf(s, "hang:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
         g->fault = FAULT_HANG;
         g->fault_rank = a;
@@ -310,7 +314,7 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
         g->fault_rank = a;
         g->fault_step = b;
     } else {
-        die("--fault must be nan:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
+        die("--fault must be nan:STEP, nan:RANK:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
     }
     if (g->fault_rank >= g->world_size) {
         die("--fault %s: there is no rank %d (the run has %d ranks)", s, g->fault_rank, g->world_size);
@@ -422,7 +426,9 @@ static inline float guard_dloss(Guard* g, int step, float dloss) {
     guard_hooks(g);
     guard_mark(g, 2LL * step + 1);
     g->plan->model->skip_nonfinite = strcmp(g->args->on_nan, "skip") == 0;
-    if (g->fault == FAULT_NAN && g->fault_step == s) { dloss *= NAN; }   // every gradient of the step is NaN
+    if (g->fault == FAULT_NAN && g->fault_step == s && (g->fault_rank < 0 || g->fault_rank == g->rank)) {
+        dloss *= NAN;   // every gradient of the step (on that rank) is NaN
+    }
     return dloss;
 }
 
@@ -459,12 +465,13 @@ static inline std::string guard_first_nonfinite(Plan* plan) {
 }
 
 // After the update and the step's loss: every rank has the same loss and norm, so every rank
-// takes the same branch (the search for the tensor is collective).
-static inline void guard_step_end(Guard* g, int step, float loss, float norm) {
+// takes the same branch (the search for the tensor is collective). scaled_overflow: the loss
+// scaler skipped the step for its overflowing gradients (llmc/loss_scale.h), which is no failure.
+static inline void guard_step_end(Guard* g, int step, float loss, float norm, int scaled_overflow) {
     guard_mark(g, 2LL * step + 2);
     const TrainArgs* a = g->args;
     if (step + 1 == a->steps || step + 1 == a->exit_after) { guard_stop(g); }   // the run's end is not watched
-    if (isfinite(loss) && isfinite(norm)) { return; }
+    if ((isfinite(loss) && isfinite(norm)) || scaled_overflow) { return; }
     std::string first = guard_first_nonfinite(g->plan);
     const char* where = first.empty() ? "none (every gradient is finite)" : first.c_str();
     if (strcmp(a->on_nan, "skip") == 0) {

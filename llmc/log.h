@@ -21,10 +21,10 @@ static inline const char* with_commas(double x, char* buf, size_t size) {
 }
 
 static inline void print_step_line(int step, int steps, float loss, float norm, float lr, double seconds,
-                            double tokens, double mfu_percent) {
+                            double tokens, double mfu_percent, const char* extra) {
     char tps[32];
-    printf("step %4d/%d | loss %.4f | norm %.2f | lr %.1e | %.1f ms | %s tok/s | ", step, steps, loss, norm, lr,
-           seconds * 1e3, with_commas(tokens / seconds, tps, sizeof(tps)));
+    printf("step %4d/%d | loss %.4f | norm %.2f | lr %.1e | %s%.1f ms | %s tok/s | ", step, steps, loss, norm, lr,
+           extra ? extra : "", seconds * 1e3, with_commas(tokens / seconds, tps, sizeof(tps)));
     if (mfu_percent >= 0) { printf("MFU %.1f%%\n", mfu_percent); }
     else { printf("MFU n/a\n"); }
     fflush(stdout);

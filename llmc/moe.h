@@ -406,7 +406,8 @@ static inline void moe_forward(GPT2* model, const OpAt* at, floatX* out, const f
     std::vector<float> p((size_t)N * E);
     copy_device_to_host(p.data(), r->probs, p.size() * sizeof(float));
     int training = at->slot >= 0;
-    float grad_scale = 1.0f / ((float)B * m->micro_n);   // the mean over the step's groups
+    // the mean over the step's groups, times the loss scale the rest of the backward carries (llmc/loss_scale.h)
+    float grad_scale = model->loss_scale / ((float)B * m->micro_n);
     moe_route(r, p.data(), B, T, E, k, training ? moe_capacity(c, T) : -1, c->moe_aux, grad_scale, m->ep, El);
     copy_host_to_device(r->topk_d, r->topk.data(), r->topk.size() * sizeof(int));
     copy_host_to_device(r->gates_d, r->gates.data(), r->gates.size() * sizeof(float));

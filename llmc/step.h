@@ -43,7 +43,8 @@ typedef struct {
 static inline float step_one_micro_batch(GPT2* model, const MicroBatch* mb, float dloss) {
     double tf = trace_now();
     gpt2_forward(model, mb->inputs, mb->B, mb->T);
-    float loss = gpt2_classifier(model, mb->targets, mb->weights, dloss, 1) * dloss;
+    // the mean loss: dloss carries the loss scale S (llmc/loss_scale.h), the loss returned does not
+    float loss = gpt2_classifier(model, mb->targets, mb->weights, dloss, 1) * (dloss / model->loss_scale);
     loss += gpt2_aux_loss(model, 0) / (model->moe ? model->moe->micro_n : 1);   // MoE: the load-balancing loss, a mean over the step
     trace_event("forward", 0, tf);
     double tb = trace_now();

@@ -189,7 +189,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"loss-scale-window", ARG_INT, &a->loss_scale_window, "dynamic loss scaling: clean steps before the scale doubles"},
         {"fp8", ARG_STRING, &a->fp8, "FP8 matmuls (simulated): off, current (per-tensor scale from this tensor) or delayed (from an amax history)"},
         {"fp8-history", ARG_INT, &a->fp8_history, "--fp8 delayed: steps of amax history the scale is taken from"},
-        {"recompute", ARG_STRING, &a->recompute, "activation recomputation: none, selective (attention scores, GELU input) or full (each block from its input)"},
+        {"recompute", ARG_STRING, &a->recompute, "activation recomputation: none, selective (attention probabilities, GELU output from its kept input) or full (each block from its input)"},
         {"qwz", ARG_SWITCH, &a->qwz, "ZeRO++ qwZ (with --zero 3): weights all-gathered as block-wise int8 with scales"},
         {"hpz", ARG_INT, &a->hpz, "ZeRO++ hpZ (with --zero 3): a secondary weight partition within groups of N ranks (a node), 0 = off"},
         {"qgz", ARG_INT, &a->qgz, "ZeRO++ qgZ (with --zero 3): gradients reduce-scattered as 4- or 8-bit blocks over all-to-all, 0 = off"},
@@ -322,6 +322,10 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if (a->fp8_history < 1) { die("--fp8-history must be >= 1, got %d", a->fp8_history); }
     if (strcmp(a->recompute, "none") != 0 && strcmp(a->recompute, "selective") != 0 && strcmp(a->recompute, "full") != 0) {
         die("--recompute must be none, selective or full, got '%s'", a->recompute);
+    }
+    if (strcmp(a->recompute, "none") != 0 && pp_schedule_parse(a->pp_schedule) == PP_ZBH1) {
+        die("--recompute %s does not combine with --pp-schedule zb-h1: its split backward reads a layer's activations twice, "
+            "apart (the input half, then the weight half), which one recomputed block cannot serve; use 1f1b", a->recompute);
     }
     if (a->hpz < 0) { die("--hpz must be >= 0 (ranks per group, 0 = off), got %d", a->hpz); }
     if (a->qgz != 0 && a->qgz != 4 && a->qgz != 8) { die("--qgz must be 0, 4 or 8 bits, got %d", a->qgz); }

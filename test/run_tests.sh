@@ -33,6 +33,7 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # build-config 20, collbench 15, pipeline 50, errors 35 (doc/errors.md's rows, four at a time),
 # failures 40 (NaN, kill, hang, full disk), the others under 10 each.
 suite kernels       fast 1 ./test_kernelscpu
+suite precision     fast 1 bash test/test_precision.sh
 suite reference     fast 2 bash test/test_reference.sh
 suite trainer       fast 1 bash test/test_trainer.sh
 suite data          fast 1 "$PY" test/test_data.py
@@ -47,15 +48,18 @@ suite comm-single   fast 1 ./test_comm_singlecpu
 suite collbench     fast 1 bash test/test_collbench.sh
 suite launch        fast 2 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
+suite zero-plus-plus full 2 bash test/test_zeropp.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
 suite pipeline      full 2 bash test/test_pp.sh
 suite context-parallel full 2 bash test/test_cp.sh
 suite expert-parallel full 2 bash test/test_moe.sh
+suite recompute      full 1 bash test/test_recompute.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite training-state full 1 bash test/test_state.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite errors        full 1 bash test/test_errors.sh
 suite failures      full 2 bash test/test_failures.sh
+suite mixed-precision full 2 bash test/test_mixed_precision.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-pp 25, emu-lab 25.

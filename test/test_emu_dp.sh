@@ -82,7 +82,9 @@ RUNS=("naive|2|--dp-mode naive"
       "ZeRO-2, 3 buckets|3|--zero 2 --bucket-mb 0.01"
       "ZeRO-3|3|--zero 3"
       "naive|4|--dp-mode naive"
-      "parameter server, 1 server|4|--dp-mode ps --ps-servers 1")
+      "parameter server, 1 server|4|--dp-mode ps --ps-servers 1"
+      "ZeRO-3 + hpZ groups of 3|3|--zero 3 --hpz 3"
+      "ZeRO-3 + hpZ groups of 1|3|--zero 3 --hpz 1")
 i=0
 for entry in "${RUNS[@]}"; do
     i=$((i + 1))
@@ -116,6 +118,32 @@ same() {   # NAME I J...: run I's log and checkpoint equal each run J's
 same "np 2, naive: ring = native MPI" 1 2
 same "np 2, ddp: 1 bucket ring = 3 buckets native MPI" 3 4
 same "np 3: ZeRO-1 = ZeRO-2 = ZeRO-3" 7 8 9
+same "np 3: ZeRO-3 = ZeRO-3 + hpZ 3 = ZeRO-3 + hpZ 1 (llmc/parallel/dp_zeropp.h)" 9 12 13
+
+# ZeRO++ with every option (doc/zeropp.md): the GPU kernels of llmc/cuda/quantize.cuh and the
+# events that order them before the collectives. Per step, each collective's counted bytes =
+# its formula; step 1's loss (same master weights as ZeRO-3) within 6 ||g|| e of ZeRO-3's, where
+# e = |dw| (the printed absmax/254) plus bf16's rounding of the dequantised weight, at most
+# absmax/512 (2^-9 relative): e = |dw| (1 + 254/512)
+t0=$(date +%s)
+if $MPIRUN -np 3 $TRAIN --zero 3 --qwz --hpz 3 --qgz 8 --log "$T/zpp.log" >"$T/zpp.out" 2>&1 </dev/null; then
+    python3 - "$T/run9.log" "$T/zpp.log" "$T/zpp.out" "$STEPS" "$(($(date +%s) - t0))" <<'EOF2' || status=1
+import re, sys
+ref, run, out, steps, secs = sys.argv[1:6]
+a = [l.split() for l in open(ref)]; b = [l.split() for l in open(run)]
+text = open(out).read()
+eq = len(re.findall(r"qwZ all-gather sent \d+ B \(formula \d+ B, equal\) \| hpZ group all-gather sent \d+ B \(formula \d+ B, equal\) \| qgZ all-to-all sent \d+ B \(formula \d+ B, equal\)", text))
+tot = len(re.findall(r"comm \| sent .* equal\)", text))
+dw = float(re.search(r"\|dw\| <= (\S+),", text).group(1))
+dL, tol = abs(float(b[0][1]) - float(a[0][1])), 6 * float(a[0][2]) * dw * (1 + 254 / 512)
+ok = eq == int(steps) and tot == int(steps) and dL <= tol and "memory check ok" in text
+print(f"{'PASS' if ok else 'FAIL'} np 3, ZeRO-3 + qwZ + hpZ 3 + qgZ int8 ({secs} s): bytes = formula in {eq} of {steps} steps "
+      f"(total {tot}), step 1 |dL| {dL:.2e} <= {tol:.2e}, final loss {float(b[-1][1]):.6f} vs ZeRO-3 {float(a[-1][1]):.6f}")
+sys.exit(0 if ok else 1)
+EOF2
+else
+    fail "np 3, ZeRO-3 + qwZ + hpZ 3 + qgZ int8: the run failed" "$(grep -v '^\s*$' "$T/zpp.out" | tail -3)"
+fi
 
 # a bad flag on every rank, found after the device communicator exists: a clear message, a
 # non-zero exit, no hang

@@ -6,6 +6,8 @@
 #       trainer within 1e-4;
 #   (b) determinism: two emulated runs write byte-identical --log files (loss, norm, lr at full
 #       precision; no times) and byte-identical checkpoints;
+#   (b') --recompute full (llmc/gpt2.h) writes the same --log bytes as the run without, and its
+#       activation bytes equal the formula;
 #   (c) save/resume: a 5-step checkpoint reloads bit-exactly (load, one step at lr 0, save:
 #       identical bytes), a run resumed from it twice gives identical bits, and the optimizer
 #       state save/resume of llmc/state.h (test_gpt2cu --determinism: save at 5, reload,
@@ -72,6 +74,17 @@ if [ -s "$T/bf16_a.log" ] && cmp -s "$T/bf16_a.log" "$T/bf16_b.log" && cmp -s "$
     pass "determinism (emulated bf16): two 10-step runs write identical step logs and checkpoints"
 else
     fail "determinism (emulated bf16)" "the step logs or the checkpoints of two identical runs differ"
+fi
+
+# --- (b') activation recomputation (llmc/gpt2.h): the bf16 kernels rerun on the kept inputs give
+# the same bits, so --recompute full writes the --log of the run without; its activation bytes
+# equal gpt2_activation_formula at 2 bytes a value
+$EMU/train_gpt2cu $D $SMALL --steps 10 --recompute full --log "$T/bf16_full.log" >"$T/bf16_full.out" 2>&1
+if [ -s "$T/bf16_a.log" ] && cmp -s "$T/bf16_a.log" "$T/bf16_full.log" &&
+   grep -q '^activations  recompute full: .* measured = .* (equal' "$T/bf16_full.out"; then
+    pass "--recompute full (emulated bf16): the --log is byte-identical to the run without; $(grep -m1 '^activations  recompute' "$T/bf16_full.out" | cut -c14-80)"
+else
+    fail "--recompute full (emulated bf16)" "$(grep -m1 -E '^activations  recompute|error' "$T/bf16_full.out")" "$(cmp "$T/bf16_a.log" "$T/bf16_full.log" 2>&1)"
 fi
 
 # --- (c) save / resume

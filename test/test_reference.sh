@@ -5,6 +5,10 @@
 # MoE block checks itself first (gpt2.py --self-test: routing rules, gradients against finite
 # differences in float64), then four MoE models (moe_a: tokens dropped, moe_b, moe_c, moe_d: exact ties) go through
 # the same pipeline.
+# bf16 (./test_gpt2cpu only): the CPU backend storing bf16 (test_gpt2cpu --check DIR --precision
+# bf16, llmc/cpu/memory.h) against the bf16 reference (gpt2.py --dtype bfloat16: bf16 storage,
+# fp32 math in each kernel, fp32 master weights), the dense model and the masked batch, with
+# the CUDA bf16 build's tolerances; the RLVR cases against their fp32 reference.
 # On a GPU machine: bash test/test_reference.sh ./test_gpt2cu   (the same pipeline with the
 # CUDA build, in its own directory; its --check adds the determinism check)
 set -u
@@ -39,3 +43,12 @@ for case in rl_grpo_kl rl_top1; do
         --out "$dir/${case}_ref.bin" || exit 1
 done
 "$bin" --check "$dir"
+status=$?
+if [ "$bin" = "./test_gpt2cpu" ]; then
+    "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref_bf16.bin" \
+        --dtype bfloat16 || exit 1
+    "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_bf16_masked.bin" \
+        --dtype bfloat16 || exit 1
+    "$bin" --check "$dir" --precision bf16 || status=1
+fi
+exit $status

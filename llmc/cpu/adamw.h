@@ -4,8 +4,11 @@
 //   mhat = m / (1 - b1^t)        vhat = v / (1 - b2^t)
 //   p = p - lr * ( mhat / (sqrt(vhat) + eps) + weight_decay * p )
 // The caller passes weight_decay = 0 for biases and layernorm parameters (decay on 2-D weights only).
-// master_params and seed exist for the CUDA backend (fp32 master copy of bf16 parameters,
-// stochastic rounding); on the CPU parameters are fp32 already and both are unused.
+// master_params and seed: the fp32 master copy of rounded parameters, and the seed of their
+// stochastic rounding. With --precision fp32 there is no master (NULL) and the parameters are
+// updated in place; with bf16 or fp16 (llmc/cpu/memory.h) AdamW updates the master and writes
+// each parameter rounded from it: bf16 stochastically with the CUDA kernel's random bits
+// (llmc/cuda/adamw.cuh), fp16 to nearest.
 #pragma once
 
 #include "adamw_host.h"
@@ -13,7 +16,15 @@
 static inline void adamw_update(float* params, float* master_params, const float* grads, float* m, float* v,
                          size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                          int t, float grad_scale, unsigned int seed) {
-    (void)master_params;
-    (void)seed;
-    adamw_host(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+    if (master_params == NULL) {
+        adamw_host(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+        return;
+    }
+    adamw_host(master_params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+    int prec = cpu_prec.prec;
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float p = master_params[i];
+        params[i] = prec == PREC_BF16 ? round_bf16_stochastic(p, stochastic_bits(i, seed)) : round_to(prec, p);
+    }
 }

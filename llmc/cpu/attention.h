@@ -52,6 +52,7 @@ static inline void attention_forward(float* out, float* att, const float* inp, i
             }
         }
     }
+    floatx_round(out, (size_t)B * T * C, ROUND_ACT);   // the state P stays fp32, as on the GPU
 }
 
 static inline void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
@@ -95,6 +96,7 @@ static inline void attention_backward(float* dinp, const float* dout, const floa
         }
         free(dp);
     }
+    floatx_round(dinp, (size_t)B * T * 3 * C, ROUND_GRAD);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -189,10 +189,13 @@ static inline void copy_rows(float* dst, int dst_seq, int dst_ld, const float* s
         }
     }
 }
-// the same from fp32 to floatX (on the CPU both are float: a copy)
+// the same from fp32 to floatX (on the CPU both are float: a copy, rounded under --precision)
 static inline void store_rows(float* dst, int dst_seq, int dst_ld, const float* src, int src_seq, int src_ld,
                               int B, int rows, int width) {
     copy_rows(dst, dst_seq, dst_ld, src, src_seq, src_ld, B, rows, width);
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < rows; i++) { floatx_round(dst + ((size_t)b * dst_seq + i) * dst_ld, (size_t)width, ROUND_ACT); }
+    }
 }
 // dst[i] += src[i]
 static inline void add_floats(float* dst, const float* src, size_t n) {

@@ -32,6 +32,7 @@ static inline void fused_classifier(float* logits, float* losses, const float* w
             for (int v = V; v < Vp; v++) { row[v] = 0.0f; }
         }
     }
+    if (write_dlogits) { floatx_round(logits, (size_t)N * Vp, ROUND_GRAD); }
 }
 
 // The vocabulary-parallel cross-entropy (llmc/parallel/vocab.h): each of tp ranks holds the
@@ -88,4 +89,5 @@ static inline void vocab_loss_grad(float* logits, float* losses, const float* we
             for (int v = real; v < Vs; v++) { row[v] = 0.0f; }
         }
     }
+    if (write_dlogits) { floatx_round(logits, (size_t)N * Vs, ROUND_GRAD); }
 }

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <limits.h>
+#include <algorithm>
+#include <vector>
 
 // The vocabulary-parallel lookup (llmc/parallel/vocab.h): this rank holds rows [v0, v0 + Vs) of
 // wte, as wte_shard. Tokens outside the range contribute 0 (another rank holds their row), and
@@ -30,6 +32,7 @@ static inline void encoder_forward_vocab(float* out, const int* inp, const int* 
             for (int c = 0; c < C; c++) { out_bt[c] = (wte_ix ? wte_ix[c] : 0.0f) + (wpe_t ? wpe_t[c] : 0.0f); }
         }
     }
+    floatx_round(out, (size_t)B * T * C, ROUND_ACT);
 }
 
 static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float* dout, const int* inp,
@@ -52,6 +55,16 @@ static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float*
                     for (int c = c0; c < c1; c++) { dwpe_t[c] += dout_bt[c]; }
                 }
             }
+        }
+    }
+    if (cpu_prec.prec != PREC_FP32) {   // --precision: each row this pass touched, rounded once
+        std::vector<int> rows;
+        for (int i = 0; i < B * T; i++) { if (inp[i] - v0 >= 0 && inp[i] - v0 < Vs) { rows.push_back(inp[i] - v0); } }
+        std::sort(rows.begin(), rows.end());
+        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+        for (int row : rows) { floatx_round(dwte + (size_t)row * C, C, ROUND_GRAD); }
+        if (dwpe) {
+            for (int t = 0; t < T; t++) { floatx_round(dwpe + (size_t)(positions ? positions[t] : t) * C, C, ROUND_GRAD); }
         }
     }
 }

@@ -18,6 +18,7 @@ static inline void gelu_forward(float* out, const float* inp, size_t N) {
         float u = GELU_SCALE * (x + 0.044715f * x * x * x);
         out[i] = 0.5f * x * (1.0f + tanh_via_exp(u));
     }
+    floatx_round(out, N, ROUND_ACT);
 }
 
 static inline void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
@@ -30,4 +31,5 @@ static inline void gelu_backward(float* dinp, const float* inp, const float* dou
         float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
         dinp[i] = grad * dout[i];
     }
+    floatx_round(dinp, N, ROUND_GRAD);
 }

@@ -27,6 +27,7 @@ static inline void layernorm_forward(float* out, float* mean, float* rstd, const
         mean[i] = m;
         rstd[i] = s;
     }
+    floatx_round(out, (size_t)N * C, ROUND_ACT);
 }
 
 static inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -70,4 +71,7 @@ static inline void layernorm_backward(float* dinp, float* dweight, float* dbias,
             }
         }
     }
+    floatx_round(dinp, (size_t)N * C, ROUND_GRAD);
+    floatx_round(dweight, (size_t)C, ROUND_GRAD);
+    floatx_round(dbias, (size_t)C, ROUND_GRAD);
 }

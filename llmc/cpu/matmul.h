@@ -314,6 +314,7 @@ static inline void matmul_forward(float* out, const float* inp, const float* wei
 #else
     matmul_forward_blocked(out, inp, weight, bias, B, T, C, OC);
 #endif
+    floatx_round(out, (size_t)B * T * OC, ROUND_ACT);
 }
 
 // Either half may be skipped: dinp == NULL (no input gradient) or dweight == NULL (no weight or
@@ -325,4 +326,7 @@ static inline void matmul_backward(float* dinp, float* dweight, float* dbias, co
 #else
     matmul_backward_blocked(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #endif
+    floatx_round(dinp, (size_t)B * T * C, ROUND_GRAD);
+    floatx_round(dweight, (size_t)OC * C, ROUND_GRAD);
+    floatx_round(dbias, (size_t)OC, ROUND_GRAD);
 }

@@ -1,14 +1,54 @@
 // CPU backend: "device" memory is ordinary host memory, and floatX is fp32.
 // The model code only ever touches tensor memory through these calls, so the CUDA
 // backend (llmc/cuda/memory.cuh) can put the same tensors in GPU memory.
+//
+// Reduced precision, simulated (--precision bf16|fp16, doc/precision.md): floatX stays a
+// 4-byte float, but every kernel stores its floatX outputs ROUNDED to the 16-bit format
+// (floatx_round at the end of each kernel in llmc/cpu/), so parameters, activations and
+// gradients hold exactly the values a 16-bit tensor would, while the sums inside a kernel
+// run in fp32 as the GPU's do. A kernel that accumulates into its output (dW += ...) adds
+// its fp32 sum to the stored value and rounds once: the GPU's read-add-round. The optimizer
+// keeps fp32 master weights and moments and writes the parameters rounded from them
+// (stochastically for bf16, as llmc/cuda/adamw.cuh). Memory is not halved: the numbers are.
 #pragma once
 
 #include <stdlib.h>
 #include <string.h>
 #include "../common.h"
+#include "../precision.h"
 
 typedef float floatX;                   // the type of parameters and activations
-#define BACKEND_NAME "cpu (fp32, OpenMP)"
+#define BACKEND_NAME "cpu (fp32 storage; --precision bf16|fp16 rounds it, OpenMP)"
+
+// The storage format of floatX tensors and what rounding to it did: values that were not
+// zero and became zero (flushed: underflow) or were finite and became inf (overflow),
+// counted separately for activations and gradients (the lab's underflow figures).
+enum { ROUND_ACT, ROUND_GRAD, ROUND_COPY };
+typedef struct {
+    int prec;                                 // Precision: PREC_FP32, PREC_BF16, PREC_FP16
+    int paused;                               // 1: round without counting (a recomputed block, llmc/gpt2.h)
+    double nonzero[2], flushed[2], overflowed[2];
+} CpuPrecision;
+static CpuPrecision cpu_prec = {PREC_FP32, 0, {0, 0}, {0, 0}, {0, 0}};
+
+static inline void floatx_round(float* p, size_t n, int kind) {
+    int prec = cpu_prec.prec;
+    if (prec == PREC_FP32 || p == NULL || n == 0) { return; }
+    size_t nonzero = 0, flushed = 0, over = 0;
+    #pragma omp parallel for reduction(+ : nonzero, flushed, over)
+    for (size_t i = 0; i < n; i++) {
+        float x = p[i], r = round_to(prec, x);
+        nonzero += x != 0.0f;
+        flushed += x != 0.0f && r == 0.0f;
+        over += isfinite(x) && !isfinite(r);
+        p[i] = r;
+    }
+    if (kind != ROUND_COPY && !cpu_prec.paused) {
+        cpu_prec.nonzero[kind] += (double)nonzero;
+        cpu_prec.flushed[kind] += (double)flushed;
+        cpu_prec.overflowed[kind] += (double)over;
+    }
+}
 
 static inline void* device_malloc(size_t bytes) {
     if (bytes == 0) { bytes = 64; }
@@ -23,9 +63,13 @@ static inline void copy_device_to_host(void* dst, const void* src, size_t bytes)
 static inline void copy_device_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 
 // fp32 host arrays <-> floatX tensors (the CUDA backend converts to/from bf16 here)
-static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) {
+    memcpy(dst, src, n * sizeof(float));
+    floatx_round(dst, n, ROUND_COPY);   // as the CUDA backend's conversion to bf16
+}
 static inline void copy_floats_to_host(float* dst, const floatX* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 // device floatX -> device fp32 (the CUDA backend widens bf16 here to seed the fp32 master weights)
 static inline void convert_floatX_to_float(float* dst, const floatX* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
-// 1 when the backend keeps an fp32 master copy of the parameters (floatX narrower than fp32)
-#define BACKEND_MASTER_WEIGHTS 0
+// 1 when the backend keeps an fp32 master copy of the parameters (floatX narrower than fp32:
+// here, when --precision rounds the stored values)
+#define BACKEND_MASTER_WEIGHTS (cpu_prec.prec != PREC_FP32)

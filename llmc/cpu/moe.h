@@ -73,6 +73,7 @@ static inline void moe_combine(float* out, const float* y, const int* slot, cons
             o[c] = acc;
         }
     }
+    floatx_round(out, (size_t)N * C, ROUND_ACT);
 }
 
 // dy[s, :] = w dout[t, :] (overwritten), dw[t*k+j] = dout[t, :] . y[s, :] for s = slot[t*k+j] >= 0,
@@ -89,7 +90,7 @@ static inline void moe_combine_backward(float* dy, float* dw, const float* dout,
         float wi = w[i], sum = 0.0f;
         for (int c = 0; c < C; c++) {
             sum += d[c] * ys[c];   // read y[s, c] before dy[s, c] is written (dy may be y)
-            dys[c] = wi * d[c];
+            dys[c] = round_to(cpu_prec.prec, wi * d[c]);   // floatX: stored rounded (--precision)
         }
         dw[i] = sum;
     }
@@ -127,10 +128,12 @@ static inline void moe_router_backward(float* dlogits, const float* probs, const
         }
         free(dp);
     }
+    floatx_round(dlogits, (size_t)N * E, ROUND_GRAD);
 }
 
 // x[i] *= s for i < n
 static inline void moe_scale(float* x, size_t n, float s) {
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) { x[i] *= s; }
+    floatx_round(x, n, ROUND_ACT);
 }

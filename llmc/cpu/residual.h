@@ -7,4 +7,5 @@
 static inline void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) { out[i] = inp1[i] + inp2[i]; }
+    floatx_round(out, N, ROUND_ACT);
 }

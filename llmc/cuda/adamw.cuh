@@ -21,7 +21,8 @@ __device__ __forceinline__ unsigned int hash_u32(unsigned int x) {
 // fp32 -> bf16 stochastic rounding: add 16 random bits below the kept bits, then truncate.
 __device__ __forceinline__ __nv_bfloat16 bf16_stochastic_round(float x, unsigned int random) {
     unsigned int bits = __float_as_uint(x);
-    if ((bits & 0x7f800000u) != 0x7f800000u) {   // inf and NaN are kept as they are (truncated)
+    if ((bits & 0x7fffffffu) > 0x7f800000u) { return __float2bfloat16_rn(x); }   // NaN stays NaN (payload in the low bits)
+    if ((bits & 0x7f800000u) != 0x7f800000u) {   // inf is kept as it is
         bits += random & 0xffffu;                // a carry into bit 16 rounds up
     }
     return __ushort_as_bfloat16((unsigned short)(bits >> 16));

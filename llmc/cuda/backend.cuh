@@ -22,6 +22,8 @@
 #include "classifier.cuh"
 #include "global_norm.cuh"
 #include "adamw.cuh"
+#include "quantize.cuh"   // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
+#include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/fp8.h)
 #include "../mfu.h"
 
 // Picks GPU local_rank % (number of GPUs), checks it (device.cuh), then sets up cuBLASLt.

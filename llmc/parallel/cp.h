@@ -176,8 +176,9 @@ static inline void cp_init(ContextParallel* cp, GPT2* model, Comm* comm, CPAlgo 
 // of C channels on this rank (tp's share); without a model (test/test_cp_attention.cu)
 static inline uint64_t cp_formula_layer_bytes_for(const ContextParallel* cp, int B, int C) {
     uint64_t E = (uint64_t)B * cp->Tl * C, a = sizeof(floatX), p = cp->cp;
-    if (cp->algo == CP_ALLTOALL) { return 2 * (p - 1) * (4 * E / p) * a; }   // forward + backward
-    return (p - 1) * 2 * E * a * 2 + (p - 1) * 2 * E * 4;
+    uint64_t again = cp->model->recompute != RECOMPUTE_NONE ? 1 : 0;   // --recompute reruns the forward's attention
+    if (cp->algo == CP_ALLTOALL) { return (2 + again) * (p - 1) * (4 * E / p) * a; }   // forward + backward
+    return (p - 1) * 2 * E * a * (2 + again) + (p - 1) * 2 * E * 4;
 }
 static inline uint64_t cp_formula_layer_bytes(const ContextParallel* cp, int B) {
     return cp_formula_layer_bytes_for(cp, B, gpt2_local_attn(cp->model));

@@ -29,7 +29,8 @@
 #include "dp_zero3.h"
 #include "offload.h"
 
-// What the flags ask for (--dp-mode, --zero, --offload, --comm-algo, --ps-servers, --bucket-mb)
+// What the flags ask for (--dp-mode, --zero, --offload, --comm-algo, --ps-servers, --bucket-mb,
+// and ZeRO-3's ZeRO++ options --qwz, --hpz, --qgz)
 typedef struct {
     const char* mode;     // "naive", "ddp" or "ps"
     int zero;             // ZeRO stage 0-3 (with "ddp")
@@ -40,6 +41,9 @@ typedef struct {
     ShardGroup shards;    // the ranks with the other shards of this replica (tensor, pipeline parallelism), or none
     int defer_root;       // pipeline: the root's gradients are reduced when dp_root_done says so
     int skip_experts;     // expert parallelism: the expert tensors are owned by ep (llmc/parallel/ep.h)
+    int qwz;              // ZeRO++ (with ZeRO-3, dp_zeropp.h): weights all-gathered as int8 blocks
+    int hpz;              //   the backward's all-gather within groups of hpz ranks (0: off)
+    int qgz;              //   gradients reduce-scattered as qgz-bit blocks over an all-to-all (0: off)
 } DPConfig;
 
 static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MODE_PS,
@@ -97,12 +101,15 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     // everything before the expert tensors (they come last in the table)
     dp->psi = cfg->skip_experts ? model->param_info[FIRST_EXPERT_TENSOR].offset : model->num_parameters;
     dp->psi_pad = dp->psi;
+    dp->zeropp = NULL;
+    dp->threads = backend_num_threads();
     dp->thread = std::thread(dp_thread_main, dp);
     // the model's own buffers count too
     size_t a = sizeof(floatX);
     dp->mem_live[MEM_PARAMS] = dp->psi * a;
     dp->mem_live[MEM_GRADS] = dp->psi * a;
     dp->mem_live[MEM_ACTS] = model->acts_bytes;
+    zeropp_create(dp, cfg->qwz, cfg->hpz, cfg->qgz);   // ZeRO++'s checks and hpZ's group (nothing without its flags)
     dp->ops->init(dp);
     if (dp->opt->prepare) { dp->opt->prepare(dp); }
     for (int c = 0; c < MEM_NCAT; c++) { dp->mem_peak[c] = dp->mem_live[c]; }
@@ -181,6 +188,7 @@ static inline int dp_print_memory(DataParallel* dp) {
 static inline void dp_print_plan(const DataParallel* dp) {
     printf("comm         %s collectives%s\n", dp->use_ring ? "ring (ours: bytes counted)" : "native MPI (bytes not counted)",
            dp->ops->comm_note);
+    zeropp_print_plan(dp);
 }
 
 // After a step: the transient buffers' peak (ZeRO-2 buckets in flight, ZeRO-3 gathered blocks)
@@ -191,7 +199,10 @@ static inline void dp_print_peaks(const DataParallel* dp) {
 }
 
 // Communication of the step that just ended: counted bytes against the formula, time.
-static inline uint64_t dp_step_bytes(const DataParallel* dp) { return dp->comm->bytes_sent - dp->step_bytes_start; }
+// (ZeRO++'s hpZ sends on a communicator of its own: its bytes are added)
+static inline uint64_t dp_step_bytes(const DataParallel* dp) {
+    return dp->comm->bytes_sent - dp->step_bytes_start + zeropp_group_bytes(dp);
+}
 
 // The line under each step line (step: 0-based, micro: micro-steps per step); after the first
 // step also the transient buffers' peak.
@@ -205,6 +216,7 @@ static inline void dp_report_step(DataParallel* dp, int step, int micro) {
         printf("     comm | native MPI: bytes not counted (ring formula %s) | %.1f ms, exposed %.1f ms\n",
                mib(want, b), dp->comm_seconds * 1e3, dp->exposed_seconds * 1e3);
     }
+    zeropp_report_step(dp, micro);   // ZeRO++: bytes per collective against its formula, error bounds
     if (step == 0) { dp_print_peaks(dp); }
 }
 
@@ -217,6 +229,7 @@ static inline void dp_shutdown(DataParallel* dp) {
     }
     dp->cv.notify_all();
     dp->thread.join();
+    zeropp_free(dp);
     for (Bucket& b : dp->buckets) {
         device_free(b.grad);
         device_free(b.grad_shard);

@@ -125,7 +125,9 @@ typedef struct DataParallel {
     int sync;                     // 1: this micro-step communicates (the last one, or always for ZeRO-2/3)
     int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving
     GPT2Hooks hooks;              // the placement hooks this mode installed in the model's chain
+    struct ZeroPP* zeropp;        // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h), NULL without it
     // the communication thread
+    int threads;                  // its OpenMP team (the reductions it runs): the trainer's --threads
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;
@@ -187,6 +189,9 @@ static inline void dp_give(DataParallel* dp, int cat, floatX* p, size_t n) {
 // the communication thread
 
 static inline void dp_thread_main(DataParallel* dp) {
+#ifdef _OPENMP
+    omp_set_num_threads(dp->threads);   // a new thread starts with OMP_NUM_THREADS (or all cores), not --threads
+#endif
     comm_bind_thread(dp->comm);   // a new thread starts on GPU 0: use the communicator's
     for (;;) {
         std::function<void()> task;

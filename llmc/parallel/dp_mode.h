@@ -167,9 +167,9 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
         for (const OptSegment& s : dp->segments) { dp->shards.complete_grads(dp->shards.ctx, s.tensor, s.grad, s.n); }
     }
     if (dp->experts.reduce) { dp->experts.reduce(dp->experts.ctx); }   // expert parallelism's own group
-    float norm = dp_grad_norm(dp);   // the same on every rank: all skip or none
+    float norm = dp_grad_norm(dp) / m->loss_scale;   // the same on every rank: all skip or none (unscaled: llmc/loss_scale.h)
     if (!isfinite(norm) && m->skip_nonfinite) { trace_event("AdamW update (skipped)", 0, t0); return norm; }
-    float grad_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    float grad_scale = ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f) / m->loss_scale;
     m->step += 1;
     for (const OptSegment& s : dp->segments) {
         float wd = m->param_info[s.tensor].decay ? weight_decay : 0.0f;

@@ -17,28 +17,49 @@
 //
 // Evaluation and checkpoints gather the full parameters once (zero3_materialize) and run
 // without this mode's hooks until zero3_dematerialize.
+//
+// ZeRO++ (--qwz, --hpz, --qgz: dp_zeropp.h) changes three of these collectives: the gathers
+// (quantised, or the backward's from a secondary copy within a group of ranks) and the
+// reduce-scatter (quantised, over an all-to-all). Evaluation and checkpoints still gather exactly.
 #pragma once
 
 #include "dp_zero.h"
+#include "dp_zeropp.h"
 
 // --- parameters gathered just in time
 
-static inline void zero3_gather(DataParallel* dp, int b) {   // start (no wait); no-op when alive
+// who asks for the gather: the forward, the backward (ZeRO++ gathers these two its own way), or
+// evaluation and checkpoints (always the exact parameters)
+enum { ZERO3_FORWARD, ZERO3_BACKWARD, ZERO3_EXACT };
+
+static inline void zero3_gather(DataParallel* dp, int b, int who) {   // start (no wait); no-op when alive
     Bucket* bk = &dp->buckets[b];
     if (bk->param_full != NULL) { return; }
     bk->param_full = dp_take(dp, MEM_COMM, bk->padded, 0);
     floatX* full = bk->param_full;
+    ZeroPP* z = who == ZERO3_EXACT ? NULL : zeropp_of(dp);
+    int block = b != zeropp_root_bucket(dp);
+    int from_secondary = z && z->hpz && block && who == ZERO3_BACKWARD;   // hpZ: within the group
+    int quantized = z && z->qwz && !from_secondary;                       // qwZ: int8 over all ranks
+    int keep_secondary = z && z->hpz && block && who == ZERO3_FORWARD;
     char name[64];
-    snprintf(name, sizeof(name), "all-gather params %d", b);
-    bk->gather_ticket = dp_enqueue(dp, name, [dp, bk, full] {
-        // on the communicator's stream, like the all-gather that reads it (a copy on the compute
-        // stream would not be ordered before it when the stream is non-blocking)
-        comm_copy(dp->comm, full + (size_t)dp->rank * bk->shard, bk->param_shard, bk->shard, COMM_FLOATX);
-        dp_allgather(dp, full, bk->padded);
+    snprintf(name, sizeof(name), "all-gather params %d%s", b, from_secondary ? " (hpZ group)" : quantized ? " (int8)" : "");
+    bk->gather_ticket = dp_enqueue(dp, name, [dp, bk, full, z, b, who, from_secondary, quantized, keep_secondary] {
+        if (from_secondary) {
+            zeropp_gather_secondary(z, b, full);
+        } else if (quantized) {
+            zeropp_gather_quantized(z, bk, full, who == ZERO3_FORWARD);
+        } else {
+            // on the communicator's stream, like the all-gather that reads it (a copy on the compute
+            // stream would not be ordered before it when the stream is non-blocking)
+            comm_copy(dp->comm, full + (size_t)dp->rank * bk->shard, bk->param_shard, bk->shard, COMM_FLOATX);
+            dp_allgather(dp, full, bk->padded);
+        }
+        if (keep_secondary) { zeropp_keep_secondary(z, b, full); }
     });
 }
-static inline floatX* zero3_ensure(DataParallel* dp, int b) {
-    zero3_gather(dp, b);
+static inline floatX* zero3_ensure(DataParallel* dp, int b, int who) {
+    zero3_gather(dp, b, who);
     dp_wait(dp, dp->buckets[b].gather_ticket);
     return dp->buckets[b].param_full;
 }
@@ -53,14 +74,14 @@ static inline void zero3_release(DataParallel* dp, int b) {
 
 static inline void zero3_forward_begin(void* ctx, ParameterTensors* root) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (dp->root_unit >= 0) { dp_root_pointers(dp, zero3_ensure(dp, dp->unit_bucket[dp->root_unit]), root); }
-    zero3_gather(dp, dp->unit_bucket[0]);   // prefetch the first block
+    if (dp->root_unit >= 0) { dp_root_pointers(dp, zero3_ensure(dp, dp->unit_bucket[dp->root_unit], ZERO3_FORWARD), root); }
+    zero3_gather(dp, dp->unit_bucket[0], ZERO3_FORWARD);   // prefetch the first block
 }
 static inline void zero3_block_forward_begin(void* ctx, int l, BlockWeights* w) {
     DataParallel* dp = (DataParallel*)ctx;
     int u = dp_unit_of_layer(dp, l);
-    dp_block_pointers(dp, u, zero3_ensure(dp, dp->unit_bucket[u]), w);
-    if (u + 1 < gpt2_local_layers(dp->model)) { zero3_gather(dp, dp->unit_bucket[u + 1]); }   // prefetch
+    dp_block_pointers(dp, u, zero3_ensure(dp, dp->unit_bucket[u], ZERO3_FORWARD), w);
+    if (u + 1 < gpt2_local_layers(dp->model)) { zero3_gather(dp, dp->unit_bucket[u + 1], ZERO3_FORWARD); }   // prefetch
 }
 static inline void zero3_block_forward_end(void* ctx, int l) {
     DataParallel* dp = (DataParallel*)ctx;
@@ -70,33 +91,50 @@ static inline void zero3_backward_begin(void* ctx, ParameterTensors* root, Param
     DataParallel* dp = (DataParallel*)ctx;
     if (dp->root_unit >= 0) {
         Bucket* rb = &dp->buckets[dp->unit_bucket[dp->root_unit]];
-        dp_root_pointers(dp, zero3_ensure(dp, dp->unit_bucket[dp->root_unit]), root);
+        dp_root_pointers(dp, zero3_ensure(dp, dp->unit_bucket[dp->root_unit], ZERO3_BACKWARD), root);
         rb->grad = dp_take_grad_bucket(dp, rb);
         dp_root_pointers(dp, rb->grad, root_grads);
     }
     int last = gpt2_local_layers(dp->model) - 1;
-    zero3_gather(dp, dp->unit_bucket[last]);   // prefetch the last block
+    zero3_gather(dp, dp->unit_bucket[last], ZERO3_BACKWARD);   // prefetch the last block
 }
 static inline void zero3_block_backward_begin(void* ctx, int l, BlockWeights* w, BlockWeights* grads) {
     DataParallel* dp = (DataParallel*)ctx;
     int u = dp_unit_of_layer(dp, l);
     int b = dp->unit_bucket[u];
-    dp_block_pointers(dp, u, zero3_ensure(dp, b), w);
-    if (u > 0) { zero3_gather(dp, dp->unit_bucket[u - 1]); }   // prefetch
+    dp_block_pointers(dp, u, zero3_ensure(dp, b, ZERO3_BACKWARD), w);
+    if (u > 0) { zero3_gather(dp, dp->unit_bucket[u - 1], ZERO3_BACKWARD); }   // prefetch
     dp->buckets[b].grad = dp_take_grad_bucket(dp, &dp->buckets[b]);
     dp_block_pointers(dp, u, dp->buckets[b].grad, grads);
 }
+// the gradients: ZeRO-2's reduce-scatter, or with --qgz ZeRO++'s quantised one (dp_zeropp.h),
+// handed to the communication thread the same way
+static inline void zero3_reduce_scatter_bucket(DataParallel* dp, int b) {
+    ZeroPP* z = zeropp_of(dp);
+    if (!z || !z->qgz) { zero2_reduce_scatter_bucket(dp, b); return; }
+    Bucket* bk = &dp->buckets[b];
+    char name[64];
+    snprintf(name, sizeof(name), "reduce-scatter bucket %d (int%d all-to-all)", b, z->qgz);
+    floatX* buf = bk->grad;
+    bk->grad = NULL;
+    bk->reduce_ticket = dp_enqueue(dp, name, [dp, bk, buf, z] {
+        zeropp_reduce_scatter(z, bk, buf);
+        dp_give(dp, MEM_GRADS, buf, bk->padded);
+    });
+    dp->in_flight.push_back(bk->reduce_ticket);
+}
+
 static inline void zero3_block_backward_end(void* ctx, int l) {
     DataParallel* dp = (DataParallel*)ctx;
     int b = dp->unit_bucket[dp_unit_of_layer(dp, l)];
     zero3_release(dp, b);
-    zero2_reduce_scatter_bucket(dp, b);
+    zero3_reduce_scatter_bucket(dp, b);
 }
 static inline void zero3_backward_end(void* ctx) {
     DataParallel* dp = (DataParallel*)ctx;
     if (dp->root_unit < 0) { return; }
     int b = dp->unit_bucket[dp->root_unit];
-    zero2_reduce_scatter_bucket(dp, b);
+    zero3_reduce_scatter_bucket(dp, b);
     zero3_release(dp, b);
 }
 
@@ -113,6 +151,11 @@ static inline void zero3_init(DataParallel* dp) {
     h.block_backward_end = zero3_block_backward_end;
     h.backward_end = zero3_backward_end;
     dp_install_hooks(dp, "data parallel: ZeRO-3 gathers", h);
+    zeropp_alloc(dp);   // ZeRO++'s secondary copies and wire buffers (nothing without its flags)
+}
+static inline void zero3_zero_grad(DataParallel* dp) {
+    buckets_zero_grad(dp);
+    zeropp_zero_grad(dp);
 }
 
 // --- the full model for evaluation, sampling and checkpoints: gather every bucket into a
@@ -124,7 +167,7 @@ static inline void zero3_materialize(DataParallel* dp) {
     GPT2* m = dp->model;
     m->params_memory = (floatX*)dp_alloc(dp, MEM_COMM, m->num_parameters * sizeof(floatX));
     for (size_t b = 0; b < dp->buckets.size(); b++) {
-        floatX* full = zero3_ensure(dp, (int)b);
+        floatX* full = zero3_ensure(dp, (int)b, ZERO3_EXACT);
         dp_copy_range(&dp->buckets[b], m->params_memory, full, 0, dp->buckets[b].count, 0);
         zero3_release(dp, (int)b);
     }
@@ -151,8 +194,13 @@ static inline float zero3_update(DataParallel* dp, float lr, float beta1, float 
 // --- what the lecture predicts
 
 // per micro-step: all-gather of every block twice (forward, backward) and of the root once,
-// reduce-scatter of everything
+// reduce-scatter of everything (ZeRO++: its formula, dp_zeropp.h; the hpZ group's bytes included)
 static inline uint64_t zero3_formula_bytes(const DataParallel* dp, int micro) {
+    const ZeroPP* z = zeropp_of(dp);
+    if (z) {
+        uint64_t per[ZPP_NCOLL];
+        return (uint64_t)micro * zeropp_formula(dp, z, per);
+    }
     int N = dp->N;
     size_t a = sizeof(floatX);
     size_t root = dp->root_unit >= 0 ? dp->buckets[dp->unit_bucket[dp->root_unit]].padded : 0;
@@ -160,16 +208,23 @@ static inline uint64_t zero3_formula_bytes(const DataParallel* dp, int micro) {
     uint64_t rootb = (uint64_t)(N - 1) * (root / N) * a;
     return (uint64_t)micro * (2 * blocks + rootb + buckets_ring_share(dp));
 }
+// hpZ adds its secondary copy to the parameters: a / hpz of every block's padded bucket
 static inline void zero3_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) {
     size_t a = sizeof(floatX);
-    dp_formula_rows(dp, out, a * dp->psi_pad / dp->N, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);
+    const ZeroPP* z = zeropp_of(dp);
+    size_t secondary = 0;
+    if (z && z->hpz) {
+        size_t root = dp->root_unit >= 0 ? dp->buckets[dp->unit_bucket[dp->root_unit]].padded : 0;
+        secondary = a * (dp->psi_pad - root) / z->hpz;   // every block's padded size is a multiple of N, so of hpz
+    }
+    dp_formula_rows(dp, out, a * dp->psi_pad / dp->N + secondary, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);
 }
 
 static const DPModeOps DP_MODE_ZERO3 = {
     "ZeRO-3", "ddp", 3,   // name, --dp-mode, --zero
     1, 0, "",             // reduce_every_micro, always_counted, comm_note
-    zero3_init, buckets_zero_grad, zero3_update,
-    zero2_reduce_scatter_bucket,   // (called by this mode's own hooks)
+    zero3_init, zero3_zero_grad, zero3_update,
+    zero3_reduce_scatter_bucket,   // (called by this mode's own hooks)
     zero3_materialize, zero3_dematerialize,
     zero3_formula_bytes, zero3_formula_memory,
     1,                    // owners_disjoint

@@ -31,6 +31,7 @@
 #include "pp.h"
 #include "cp.h"
 #include "ep.h"
+#include "../fp8.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -49,6 +50,7 @@ typedef struct {
     ContextParallel cp;     // with ncp > 1: ring attention (llmc/parallel/cp.h), the step wrapped
     int nep;                // expert-parallel ranks (1 without it)
     ExpertParallel ep;      // with nep > 1: the experts split over ep of the dp ranks (llmc/parallel/ep.h)
+    Fp8 fp8;                // --fp8: the blocks' linear entries wrapped in FP8 quantisation (llmc/fp8.h)
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
@@ -114,6 +116,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_free(&node);
     backend_init(local_rank);
+    backend_set_precision(precision_parse(args->precision));   // --precision (llmc/backend.h)
     plan->ndp = 1;
     if (args->ep > 1 && (plan->world_size / model_ranks) % args->ep != 0) {
         die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them", args->ep,
@@ -186,12 +189,12 @@ static inline int plan_micro_batch(const Plan* plan) {
 
 // The model (built, activations allocated) joins the plan: tensor parallelism's ops, data
 // parallelism's placement.
-static inline void plan_attach(Plan* plan, GPT2* model) {
-    plan->model = model;
+static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "ring") == 0;
-    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0, a->ep > 1};
+    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0, a->ep > 1,
+                    a->qwz, a->hpz, a->qgz};   // the last three: ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
@@ -214,6 +217,11 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
         plan->pp.dp = &plan->dp;
         plan->pp.root_done = dp_root_done;
     }
+}
+static inline void plan_attach(Plan* plan, GPT2* model) {
+    plan->model = model;
+    plan_attach_parallel(plan, model);
+    fp8_attach(&plan->fp8, model, plan->args->fp8, plan->args->fp8_history);   // last: it wraps the strategies' linears
 }
 
 // ---- what a training step calls
@@ -305,9 +313,32 @@ static inline void plan_save_checkpoint(Plan* plan, const char* path) {
 // ---- what the trainer prints
 
 static inline void plan_print(Plan* plan) {
-    (void)plan;
     printf("backend      %s, %d threads, %s\n", BACKEND_NAME, backend_num_threads(),
            comm_mpi_available() ? "MPI build" : "built without MPI: single rank only");
+    printf("precision    %s parameters, activations and gradients%s\n", precision_name(backend_precision()),
+           backend_precision() == PREC_FP32 ? "" : "; fp32 master weights, AdamW moments and every sum");
+    fp8_print(&plan->fp8);
+}
+
+// The activations this rank allocated (the buffers' sizes) against gpt2_activation_formula for
+// the --recompute mode, checked on every rank (collective over the world; rank 0 prints), and
+// the lecture's per-layer count (2-byte values, dropout, whole layers) for comparison.
+static inline void plan_print_activations(Plan* plan) {
+    const GPT2* m = plan->model;
+    ActivationFormula f = gpt2_activation_formula(m, m->max_B, m->max_T, m->num_slots);
+    int ok = f.total == m->acts_requested;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, plan->world.mpi);
+    const char* kept[] = {"the whole block", "the whole block but fch_gelu and the attention state", "residual3 only"};
+    printf("activations  recompute %s: %.3f MiB measured %s %.3f MiB formula (%s on all %d ranks): %d slots x %d layers x "
+           "%.3f MiB kept (%s) + %.3f MiB scratch + %.3f MiB ends and backward\n", gpt2_recompute_name(m->recompute),
+           m->acts_requested / 1048576.0, ok ? "=" : "!=", f.total / 1048576.0, ok ? "equal" : "DIFFERENT", plan->world_size,
+           m->num_slots, gpt2_slot_layers(m), f.per_layer / 1048576.0, kept[m->recompute], f.scratch / 1048576.0,
+           (f.total - m->num_slots * gpt2_slot_layers(m) * f.per_layer - f.scratch) / 1048576.0);
+    double L = (double)m->num_slots * gpt2_slot_layers(m), b = m->max_B, s = m->max_T, h = m->config.channels,
+           a = m->config.num_heads, MiB = 1048576.0;
+    printf("  lecture    L (34 sbh + 5 a s^2 b) at 2 bytes a value, whole layers: %.3f MiB without recomputation, "
+           "L 34 sbh = %.3f MiB selective, L 2 sbh = %.3f MiB full\n", L * (34 * s * b * h + 5 * a * s * s * b) / MiB,
+           L * 34 * s * b * h / MiB, L * 2 * s * b * h / MiB);
 }
 
 // after the model, batch and task lines: memory, mesh, communication
@@ -318,6 +349,7 @@ static inline void plan_print_layout(Plan* plan) {
         printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
                2.0 * m->num_parameters * sizeof(floatX) / 1048576.0, 2.0 * m->num_parameters * sizeof(float) / 1048576.0,
                m->acts_bytes / 1048576.0);
+        plan_print_activations(plan);
         return;
     }
     mesh_print(&plan->mesh);
@@ -339,6 +371,7 @@ static inline void plan_print_layout(Plan* plan) {
         }
     }
     dp_print_memory(&plan->dp);
+    plan_print_activations(plan);
     dp_print_plan(&plan->dp);
     if (plan->ntp > 1) { tp_print_plan(&plan->tp); }
 }
@@ -393,6 +426,7 @@ static inline void plan_report_step(Plan* plan, int step) {
 }
 
 static inline void plan_print_summary(Plan* plan, int timed_steps) {
+    backend_precision_report();   // --precision bf16|fp16 on the CPU: values flushed to zero, overflowed
     if (!plan->use_dp || timed_steps == 0) { return; }
     double c = plan->comm_total / timed_steps, e = plan->exposed_total / timed_steps;
     printf("communication per step (rank 0): %.1f ms, of which exposed %.1f ms (%.0f%% hidden behind compute)\n", c * 1e3,
@@ -422,6 +456,7 @@ static inline void plan_write_trace(Plan* plan, const char* path) {
 
 // after gpt2_free: the data-parallel layer's buffers, the communicators, the device, MPI
 static inline void plan_free(Plan* plan) {
+    fp8_free(&plan->fp8);
     if (plan->ntp > 1) { tp_free(&plan->tp); }
     if (plan->npp > 1) { pp_free(&plan->pp); }
     if (plan->ncp > 1) { cp_free(&plan->cp); }

@@ -175,7 +175,8 @@ static inline float pp_forward(PipelineParallel* pp, const PPAction* a, const Mi
     for (int l = l0; l < l0 + gpt2_slot_layers(model); l++) { gpt2_block_forward(model, slot, l); }
     if (g != pp_last_chunk(pp)) { return 0.0f; }
     gpt2_head_forward(model, slot);
-    return gpt2_head_loss(model, slot, mb->targets, mb->weights, dloss, train) * (train ? dloss : 1.0f);
+    // dloss carries the loss scale S (llmc/loss_scale.h); the mean loss returned does not
+    return gpt2_head_loss(model, slot, mb->targets, mb->weights, dloss, train) * (train ? dloss / model->loss_scale : 1.0f);
 }
 
 static inline void pp_backward(PipelineParallel* pp, const PPAction* a, int n) {

@@ -199,6 +199,12 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
                                allgather_ring_volume(X, COMM_FLOATX, p, r).bytes) +
                     (2 * L + (pl->has_head ? 1 : 0)) * allgather_ring_volume(X, COMM_FLOATX, p, r).bytes;
     }
+    if (tp->model->recompute == RECOMPUTE_FULL) {   // --recompute full: the forward's exits (g) and entries (f)
+        // once more in the backward, per block half (an MoE block reruns its attention half only)
+        uint64_t half = tp->sp ? reduce_scatter_ring_volume(X, COMM_FLOATX, p, r).bytes + allgather_ring_volume(X, COMM_FLOATX, p, r).bytes
+                               : allreduce_ring_volume(X, COMM_FLOATX, p, r).bytes;
+        per_micro += (2 * L - Lm) * half;
+    }
     if (pl->has_head) {   // the vocabulary-parallel loss's statistics
         per_micro += allreduce_ring_volume(BT, COMM_FP32, p, r).bytes + allreduce_ring_volume(2 * BT, COMM_FP32, p, r).bytes;
     }
@@ -229,6 +235,7 @@ static inline size_t tp_formula_params(const GPT2* m) {
 // activation bytes of `slots` slots of B x T tokens, in closed form; a slot holds Ls layers
 // (the stage's, or one interleaved chunk's), logits only where the stage has the head
 static inline size_t tp_formula_activations(const GPT2* m, int B, int T, int slots) {
+    if (m->recompute != RECOMPUTE_NONE) { return gpt2_activation_formula(m, B, T, slots).total; }   // llmc/gpt2.h's, per mode
     const GPT2Config* c = &m->config;
     size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, Ls = (size_t)gpt2_slot_layers(m), a = sizeof(floatX);
     size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), Vs = (size_t)c->padded_vocab_size / tp;

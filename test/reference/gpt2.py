@@ -9,6 +9,35 @@ the same batch, and the final parameters. See the usage line below.
     /usr/bin/python3 test/reference/gpt2.py --model M.bin --batch B.bin --out R.bin
     /usr/bin/python3 test/reference/gpt2.py --self-test     (the MoE block against itself, below)
 
+--dtype float32 (default) or float64: every tensor in that dtype. --dtype bfloat16: a bf16
+mixed-precision run, as the CUDA bf16 build computes (llmc/cuda/*.cuh: bf16 storage, fp32 math
+inside each kernel) and the CPU backend simulates with --precision bf16 (llmc/cpu/memory.h):
+  - the parameters are the file's rounded to bf16 (round to nearest even), bf16 tensors;
+  - every kernel (embedding, layernorm, linear with its bias, attention, GELU, residual add, LM
+    head) reads bf16 tensors, computes in fp32 (a matmul: bf16 products, exact in fp32, summed
+    in fp32; layernorm statistics, attention scores and softmax in fp32) and rounds its output
+    to bf16 once: forward_bf16 below, each kernel one call of bf16_kernel;
+  - the loss is computed in fp32 from the bf16 logits; the backward follows from autograd
+    through the same casts: each kernel's input gradients are computed in fp32 and rounded to
+    bf16, so the parameter gradients are bf16. A tensor read by two kernels gets its gradient
+    as the trainers accumulate it (read the stored bf16 gradient, add the second kernel's fp32
+    gradient, round once): the residual stream is widened once for the layernorm and the
+    residual add that read it (the add's gradient is a bf16 value; the sum with the
+    layernorm's fp32 input gradient is rounded once), and wte is widened once for the LM head
+    (whose gradient, computed first, is rounded: round_grad) and the embedding;
+  - AdamW keeps fp32 master weights (the bf16 parameters widened), fp32 moments and computes
+    the gradient norm in float64 from the bf16 gradients; after each step the parameters are
+    the master weights rounded to bf16 STOCHASTICALLY, as the trainers do (llmc/cuda/adamw.cuh,
+    llmc/cpu/adamw.h): 16 random bits added below the kept bits, then truncated, the bits from
+    the same hash of (element index in its tensor, seed = step * 1000003 + tensor index):
+    stochastic_bits below. (Rounding to nearest instead is biased where the steps are smaller
+    than half a bf16 ulp: the LayerNorm gains at 1.0 (ulp 2^-7) do not move for the first
+    steps under lr 1e-3, and the step losses drift 5e-4 from the trainers'.) The final
+    parameters written are the master weights (fp32), whose update from the bf16 initial
+    parameters is what the C++ test compares.
+  Dense models only (an MoE model is refused: its discrete routing flips on near ties under
+  bf16 rounding, see test/test_gpt2.cu).
+
 Model files (magic 20240326, 256 int32 header, then the parameters in table order):
   version 3 (fp32) and 5 (bf16): llm.c's dense GPT-2, header[2..7] = maxT V L NH C Vp.
   version 10 (MoE, fp32): header[2..7] as above, header[8] = E (experts), header[9] = k (top-k),
@@ -33,6 +62,8 @@ Output file (magic 20241122, version 1): header[2..6] = B T V steps num_params;
   (B*T*V), initial loss (cross-entropy + aux), initial gradients (num_params, in file order),
   step losses (steps), gradient norms (steps), final parameters (num_params). A dense model's
   output is byte for byte what it was before the MoE fields existed (the new slots are 0).
+  header[10] = the reference's number format: 0 for float32/float64, 1 for bfloat16 (whose
+  initial parameters are the model file's rounded to bf16).
 
 Only the standard library, numpy and torch are used.
 """
@@ -263,6 +294,98 @@ def forward(p, cfg, inputs, stats=None):
     return x @ p["wte"][:V].T                                # tied, no bias
 
 
+def bf16_kernel(fn, *args):
+    """One kernel of the bf16 run: its bf16 tensor inputs widened to fp32, fn computed in fp32,
+    the output rounded to bf16 (torch rounds to nearest even). Through autograd the same casts
+    round each input's gradient to bf16."""
+    return fn(*(a.float() if torch.is_tensor(a) and a.dtype == torch.bfloat16 else a for a in args)).bfloat16()
+
+
+class _RoundGrad(torch.autograd.Function):
+    """Identity forward; the gradient rounded to bf16 (kept fp32) in the backward."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.bfloat16().float()
+
+
+def round_grad(x):
+    return _RoundGrad.apply(x)
+
+
+def forward_bf16(p, cfg, inputs):
+    """forward() as the bf16 build computes it: parameters and activations bf16, each kernel's
+    math fp32, its output rounded once. The kernel boundaries are the C++ model's
+    (llmc/gpt2.h): encoded, ln1, qkv, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj,
+    residual3, lnf, logits. Returns the bf16 logits (B, T, V)."""
+    if cfg["E"] > 0:
+        fail("--dtype bfloat16: dense models only (MoE routing flips on near ties in bf16)")
+    B, T = inputs.shape
+    C, NH, V = cfg["C"], cfg["NH"], cfg["V"]
+    hs = C // NH
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def linear(h, w, b):   # bias added in fp32 before the one rounding (cuBLASLt's bias epilogue)
+        return h @ w.T + b
+
+    def attention(qkv):    # scores, softmax and the weighted sum in fp32; P is never rounded
+        q, k, v = qkv.split(C, dim=-1)
+        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, C)
+
+    # wte, widened once: d wte = round(round(d of the LM head) + d of the embedding)
+    wte = p["wte"].float()
+    x = bf16_kernel(lambda wpe: wte[inputs] + wpe[:T], p["wpe"])
+    for l in range(cfg["L"]):
+        xf = x.float()   # the residual stream, read by ln1 and the residual add
+        h = bf16_kernel(layernorm, xf, p["ln1w"][l], p["ln1b"][l])
+        qkv = bf16_kernel(linear, h, p["qkvw"][l], p["qkvb"][l])
+        y = bf16_kernel(attention, qkv)
+        x = bf16_kernel(torch.add, xf, bf16_kernel(linear, y, p["attprojw"][l], p["attprojb"][l]))
+        xf = x.float()   # residual2, read by ln2 and the residual add
+        h = bf16_kernel(layernorm, xf, p["ln2w"][l], p["ln2b"][l])
+        f = bf16_kernel(lambda a: F.gelu(a, approximate="tanh"), bf16_kernel(linear, h, p["fcw"][l], p["fcb"][l]))
+        x = bf16_kernel(torch.add, xf, bf16_kernel(linear, f, p["fcprojw"][l], p["fcprojb"][l]))
+    x = bf16_kernel(layernorm, x, p["lnfw"], p["lnfb"])
+    return bf16_kernel(lambda a: a @ round_grad(wte)[:V].T, x)
+
+
+def _hash_u32(x):
+    """The trainers' 32-bit integer hash (llmc/precision.h prec_hash_u32), on uint32 arrays."""
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7feb352d)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846ca68b)
+    return x ^ (x >> np.uint32(16))
+
+
+def stochastic_bits(n, seed):
+    """The random words of elements 0..n-1 of a tensor for a seed (llmc/precision.h
+    stochastic_bits): hash(hash(i ^ seed) + (i >> 32) + 0x9e3779b9 seed), all mod 2^32."""
+    i = np.arange(n, dtype=np.uint64)
+    seed = np.uint32(seed % 2**32)
+    lo, hi = (i & np.uint64(0xffffffff)).astype(np.uint32), (i >> np.uint64(32)).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        return _hash_u32(_hash_u32(lo ^ seed) + hi + np.uint32(0x9e3779b9) * seed)
+
+
+def round_bf16_stochastic(x, seed):
+    """fp32 tensor -> bf16 tensor: add the 16 low bits of each element's random word to its
+    fp32 bits and truncate (inf and NaN kept), as the trainers' AdamW writes parameters."""
+    u = x.detach().contiguous().numpy().reshape(-1).view(np.uint32).copy()
+    r = stochastic_bits(u.size, seed) & np.uint32(0xffff)
+    finite = (u & np.uint32(0x7f800000)) != np.uint32(0x7f800000)
+    with np.errstate(over="ignore"):
+        u[finite] += r[finite]
+    u &= np.uint32(0xffff0000)
+    return torch.from_numpy(u.view(np.float32).copy()).reshape(x.shape).to(torch.bfloat16)   # exact: low bits are 0
+
+
 def loss_fn(logits, targets, weights):
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                          reduction="none")                   # per-token CE
@@ -272,8 +395,11 @@ def loss_fn(logits, targets, weights):
     return (w * ce).sum() / (w != 0).sum()
 
 
-def model_loss(p, cfg, inputs, targets, weights, stats):
-    """The training loss: cross-entropy, plus the auxiliary loss for an MoE model."""
+def model_loss(p, cfg, inputs, targets, weights, stats, bf16=False):
+    """The training loss: cross-entropy, plus the auxiliary loss for an MoE model. bf16: the
+    bf16 forward, the loss in fp32 from its bf16 logits."""
+    if bf16:
+        return loss_fn(forward_bf16(p, cfg, inputs).float(), targets, weights)
     loss = loss_fn(forward(p, cfg, inputs, stats), targets, weights)
     if cfg["E"] > 0:
         loss = loss + stats["aux"]
@@ -488,7 +614,8 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--batch")
     ap.add_argument("--out")
-    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    ap.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
+                    help="bfloat16: bf16 storage, fp32 math in each kernel, fp32 master weights (see above)")
     ap.add_argument("--self-test", action="store_true",
                     help="check the MoE block (routing rules, gradients against finite differences) and exit")
     args = ap.parse_args()
@@ -500,8 +627,10 @@ def main():
     torch.set_num_threads(2)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
-    dtype = torch.float32 if args.dtype == "float32" else torch.float64
-    torch.set_default_dtype(dtype)
+    bf16 = args.dtype == "bfloat16"
+    dtype = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}[args.dtype]
+    cdtype = torch.float32 if bf16 else dtype   # the dtype of the math (bf16: inside each kernel), the loss weights, AdamW
+    torch.set_default_dtype(cdtype)
 
     for path in (args.model, args.batch):
         if not os.path.isfile(path):
@@ -511,7 +640,7 @@ def main():
     inputs = torch.from_numpy(inputs.astype(np.int64))
     targets = torch.from_numpy(targets.astype(np.int64))
     if weights is not None:
-        weights = torch.from_numpy(weights.astype(np.float64)).to(dtype)
+        weights = torch.from_numpy(weights.astype(np.float64)).to(cdtype)
     names = [name for name, _, _ in layout]
     decay = {name: d for name, _, d in layout}
 
@@ -525,7 +654,11 @@ def main():
 
     # Initial logits, loss and gradients (this is also step 0 of the loop).
     stats0 = {}
-    logits0 = forward(params, cfg, inputs, stats0)
+    if bf16:
+        logits0 = forward_bf16(params, cfg, inputs).float()
+        stats0 = {"aux": torch.zeros(()), "dropped": 0, "ties": 0}
+    else:
+        logits0 = forward(params, cfg, inputs, stats0)
     loss0 = loss_fn(logits0, targets, weights)
     if cfg["E"] > 0:
         loss0 = loss0 + stats0["aux"]
@@ -536,29 +669,33 @@ def main():
     init_grads = np.concatenate([as_f32(grad_of(n)) for n in names])
     assert not params["wte"].grad[cfg["V"]:].any(), "padded wte rows got gradient"
 
-    # AdamW state
-    m = {n: torch.zeros_like(params[n]) for n in names}
-    v = {n: torch.zeros_like(params[n]) for n in names}
+    # AdamW state. What AdamW updates: the parameters, or (bf16) fp32 master weights
+    master = {n: params[n].detach().float().clone() for n in names} if bf16 else {n: params[n] for n in names}
+    m = {n: torch.zeros_like(master[n]) for n in names}
+    v = {n: torch.zeros_like(master[n]) for n in names}
     b1, b2, eps, lr = opt["beta1"], opt["beta2"], opt["eps"], opt["lr"]
     step_losses, grad_norms = [], []
     for step in range(1, steps + 1):
         if step > 1:  # step 1 reuses the forward/backward done above
             for n in names:
                 params[n].grad = None
-            loss = model_loss(params, cfg, inputs, targets, weights, {})
+            loss = model_loss(params, cfg, inputs, targets, weights, {}, bf16)
             loss.backward()
         else:
             loss = loss0
         step_losses.append(float(loss))
         with torch.no_grad():
             # global L2 norm of all gradients, then clipping (no epsilon)
-            norm = math.sqrt(sum(float((grad_of(n) ** 2).sum()) for n in names))
+            if bf16:
+                norm = math.sqrt(sum(float((grad_of(n).double() ** 2).sum()) for n in names))
+            else:
+                norm = math.sqrt(sum(float((grad_of(n) ** 2).sum()) for n in names))
             grad_norms.append(norm)
             scale = 1.0
             if opt["grad_clip"] > 0 and norm > opt["grad_clip"]:
                 scale = opt["grad_clip"] / norm
-            for n in names:
-                p, g = params[n], params[n].grad * scale
+            for ti, n in enumerate(names):   # ti: the tensor's index in the table (dense: no MoE tensor before)
+                p, g = master[n], params[n].grad.to(master[n].dtype) * scale   # bf16: the gradient widened
                 m[n].mul_(b1).add_((1 - b1) * g)
                 v[n].mul_(b2).add_((1 - b2) * g * g)
                 mhat = m[n] / (1 - b1 ** step)
@@ -566,8 +703,10 @@ def main():
                 wd = opt["weight_decay"] if decay[n] else 0.0
                 # decay uses p before the update
                 p.sub_(lr * (mhat / (vhat.sqrt() + eps) + wd * p))
+                if bf16:   # the bf16 parameters the next forward reads: the master rounded stochastically
+                    params[n].data.copy_(round_bf16_stochastic(p, step * 1000003 + ti))
 
-    final_params = np.concatenate([as_f32(params[n]) for n in names])
+    final_params = np.concatenate([as_f32(master[n]) for n in names])
 
     hdr = np.zeros(HEADER_INTS, dtype="<i4")
     hdr[:7] = [OUT_MAGIC, 1, B, T, cfg["V"], steps, num_params]
@@ -575,6 +714,7 @@ def main():
     hdr[7] = init_dropped
     hdr[8:9] = np.array([init_aux], dtype="<f4").view("<i4")
     hdr[9] = cfg["L"] // cfg["N"] if cfg["E"] > 0 else 0
+    hdr[10] = 1 if bf16 else 0   # the reference's number format (its initial parameters: the file's in bf16)
     tmp = args.out + ".tmp"
     with open(tmp, "wb") as f:
         f.write(hdr.tobytes())
