@@ -74,7 +74,7 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
 } BlockActs;
 
-// Activation recomputation (--recompute; doc/memory-recompute.md): what the forward keeps per
+// Activation recomputation (--recompute; doc/memory.md): what the forward keeps per
 // layer for the backward, and what the backward of layer l rebuilds first, into ONE block's
 // scratch set (GPT2.scratch) that every layer and slot shares (the backward runs one layer at a
 // time, so one is enough, however many micro-batches a pipeline has in flight):

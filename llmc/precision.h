@@ -61,11 +61,14 @@ PREC_HD static inline float round_bf16(float x) {
 
 // fp32 -> a narrower format with m mantissa bits, smallest normal 2^emin, largest finite
 // maxv; saturate: overflow gives +-maxv instead of +-inf.
+// 2^e as a float, for -126 <= e <= 127 (built from its bits: no libm call in the loops below)
+PREC_HD static inline float pow2f(int e) { return bits_f32((uint32_t)(127 + e) << 23); }
+
 PREC_HD static inline float round_format(float x, int m, int emin, float maxv, int saturate) {
     if (x != x) { return x; }
     float a = fabsf(x), r;
-    if (a < ldexpf(1.0f, emin)) {                         // subnormal range: fixed quantum 2^(emin-m)
-        r = ldexpf(rintf(ldexpf(a, m - emin)), emin - m);  // exact scalings by powers of two
+    if (a < pow2f(emin)) {                               // subnormal range: fixed quantum 2^(emin-m)
+        r = rintf(a * pow2f(m - emin)) * pow2f(emin - m);  // exact scalings by powers of two
     } else {
         int k = 23 - m;
         uint32_t u = f32_bits(a);

@@ -12,7 +12,7 @@
 #      and the step time (the price of recomputation);
 #   3. ZeRO-3 and ZeRO++ (--qwz, --hpz, --qgz) on 4 ranks: the bytes each rank sends per step
 #      beside the formula, memory, and the loss after a few steps.
-# About 12 minutes on 2 CPU cores. Knobs (environment): STEPS (part 1's steps, default 700 of
+# About 10 minutes on 2 CPU cores. Knobs (environment): STEPS (part 1's steps, default 700 of
 # the default job's 1600: by then every format has learned most of the task), EXAMPLES (held-out
 # examples), PARTS (default "1 2 3"), THREADS, OUT.
 #   bash scripts/lab_precision.sh

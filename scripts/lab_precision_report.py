@@ -103,32 +103,41 @@ if "1" in parts and os.path.exists(os.path.join(out_dir, "formats.txt")):
                   "bash scripts/install_deps.sh --lab installs it)", ""]
 
 if "2" in parts:
-    lines += ["## 2. Activation recomputation (the default model)", "",
-              "| --recompute | activation memory (measured = formula) | ms/step |", "|---|---|---|"]
+    lines += ["## 2. Activation recomputation (the default model, 20 steps)", "",
+              "| --recompute | activations, measured | formula | kept per layer | scratch (one block) | ms/step | overhead |",
+              "|---|---|---|---|---|---|---|"]
+    base = None
     for mode in ("none", "selective", "full"):
         text = read(os.path.join(out_dir, f"recompute_{mode}.out"))
-        act = grab(r"^(activations .*)$", text, last=False) if text else None
-        act = grab(r"(?m)^activations +(.*)$", text, last=False)
-        ms = grab(r"average step \(excluding the first\): ([0-9.]+) ms", text) or "n/a"
-        lines.append(f"| {mode} | {act or 'n/a'} | {ms} |")
+        m = re.search(r"recompute \w+: ([0-9.]+) MiB measured = ([0-9.]+) MiB formula .*? x ([0-9.]+) MiB kept .*?\+ ([0-9.]+) MiB scratch",
+                      text)
+        ms = grab(r"average step \(excluding the first\): ([0-9.]+) ms", text)
+        if mode == "none" and ms:
+            base = float(ms)
+        over = f"+{100 * (float(ms) / base - 1):.0f}%" if ms and base and mode != "none" else "-"
+        if m:
+            lines.append(f"| {mode} | {m.group(1)} MiB | {m.group(2)} MiB | {m.group(3)} MiB | {m.group(4)} MiB | {ms or 'n/a'} | {over} |")
+        else:
+            lines.append(f"| {mode} | n/a | n/a | n/a | n/a | {ms or 'n/a'} | {over} |")
     lines.append("")
 
 if "3" in parts:
     lines += ["## 3. ZeRO-3 and ZeRO++ on 4 ranks (the default model, 20 steps)", "",
-              "| flags | loss after 20 steps | sent per step by rank 0 (measured, = formula?) | of which, per collective | "
-              "parameters per rank | ms/step |", "|---|---|---|---|---|---|"]
+              "| flags | loss after 20 steps | sent per step by rank 0 | = formula | ZeRO++ collectives (bytes, each = formula) | "
+              "parameters per rank | ms/step |", "|---|---|---|---|---|---|---|"]
     for name, flags in (("zero3", ""), ("qwz", "--qwz"), ("hpz", "--hpz 2"), ("qgz8", "--qgz 8"), ("qgz4", "--qgz 4"),
                         ("all", "--qwz --hpz 2 --qgz 4")):
         text = read(os.path.join(out_dir, f"zeropp_{name}.out"))
         log = read_log(os.path.join(out_dir, f"zeropp_{name}.log"))
         loss = f"{log[-1][1]:.4f}" if log else "n/a"
         sent = re.findall(r"comm \| sent +([0-9.]+) MiB by this rank \(formula +([0-9.]+) MiB, (\w+)\)", text)
-        sent_text = f"{sent[-1][0]} MiB ({sent[-1][2]})" if sent else "n/a"
-        parts_line = grab(r"(?m)^ +zero\+\+ \| (.*)$", text)
-        per = "<br>".join(p.strip() for p in parts_line.split("|")) if parts_line else "-"
+        coll = re.findall(r"(qwZ all-gather|hpZ group all-gather|qgZ all-to-all) sent (\d+) B \(formula (\d+) B, (\w+)\)",
+                          grab(r"(?m)^ +zero\+\+ \| (.*)$", text) or "")
+        per = ", ".join(f"{c[0]} {int(c[1]):,}" + ("" if c[3] == "equal" else " (DIFFERENT)") for c in coll) or "-"
         params = grab(r"(?m)^  parameters +([0-9.]+ MiB)", text) or "n/a"
         ms = grab(r"average step \(excluding the first\): ([0-9.]+) ms", text) or "n/a"
-        lines.append(f"| `--zero 3 {flags}` | {loss} | {sent_text} | {per} | {params} | {ms} |")
+        lines.append(f"| `{('--zero 3 ' + flags).strip()}` | {loss} | {sent[-1][0] + ' MiB' if sent else 'n/a'} | "
+                     f"{sent[-1][2] if sent else 'n/a'} | {per} | {params} | {ms} |")
     lines.append("")
 
 report = "\n".join(lines)

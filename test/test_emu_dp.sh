@@ -120,7 +120,7 @@ same "np 2, ddp: 1 bucket ring = 3 buckets native MPI" 3 4
 same "np 3: ZeRO-1 = ZeRO-2 = ZeRO-3" 7 8 9
 same "np 3: ZeRO-3 = ZeRO-3 + hpZ 3 = ZeRO-3 + hpZ 1 (llmc/parallel/dp_zeropp.h)" 9 12 13
 
-# ZeRO++ with every option (doc/zeropp.md): the GPU kernels of llmc/cuda/quantize.cuh and the
+# ZeRO++ with every option (doc/memory.md, ZeRO++): the GPU kernels of llmc/cuda/quantize.cuh and the
 # events that order them before the collectives. Per step, each collective's counted bytes =
 # its formula; step 1's loss (same master weights as ZeRO-3) within 6 ||g|| e of ZeRO-3's, where
 # e = |dw| (the printed absmax/254) plus bf16's rounding of the dequantised weight, at most

@@ -17,7 +17,8 @@
 #       --log bytes (the rebuilt forward replays the forward's scales and records no amax);
 #   (g) the CPU's --precision bf16 against the emulated CUDA bf16 trainer (when the emulated build
 #       exists): every step's loss within the bf16 tolerance of test/test_gpt2.cu (8e-4), and
-#       closer on average than the CPU's fp32 run is;
+#       closer on average than the CPU's fp32 run is; (g') the emulated CUDA trainer's loss scaling
+#       (a NaN gradient skipped, the scale halved) and FP8 (llmc/cuda/fp8.cuh, within 5e-4 of bf16);
 #   (h) perturbations: without the 1/S in the update (a) fails; without the skip (b) fails.
 # Prints PASS/FAIL lines. About a minute on 2 cores.
 set -u
@@ -117,6 +118,17 @@ if [ -x "$EMU" ]; then
     set -- $res
     if [ "$4" = "1" ]; then pass "(g) CPU --precision bf16 vs the emulated CUDA bf16 trainer: largest step-loss difference $1 (tol 8e-4), mean $2 (CPU fp32: $3)"
     else fail "(g) CPU bf16 vs emulated bf16: largest $1 (tol 8e-4), mean $2 vs fp32's $3" "$(tail -2 "$T/g.out")"; fi
+    # (g') the CUDA code of loss scaling and FP8 (llmc/cuda/fp8.cuh), emulated: a NaN in step 2's gradients
+    # is skipped and halves the scale; FP8 differs from bf16 by 0 < d < 5e-4 as on the CPU
+    $EMU $D $SMALL --steps 3 --threads 2 --loss-scale dynamic --fault nan:2 >"$T/g2.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "step 2: gradients overflow at loss scale 65536: update skipped, scale 32768" "$T/g2.out"; then
+        pass "(g') emulated CUDA trainer, --loss-scale dynamic: NaN gradients in step 2 skipped, scale 65536 -> 32768, run goes on"
+    else fail "(g') emulated CUDA loss scaling (exit $rc)" "$(grep -E 'overflow|error' "$T/g2.out" | head -2)"; fi
+    $EMU $D $SMALL --steps 20 --threads 2 --fp8 current --log "$T/g_fp8.log" >"$T/g3.out" 2>&1
+    res=$(paste "$T/g_emu.log" "$T/g_fp8.log" | awk '{ r = ($6 - $2) / $2; if (r < 0) r = -r; if (r > m) m = r } END { printf "%.2e %d", m, (NR == 20 && m > 0 && m < 5e-4) }')
+    if [ "${res#* }" = "1" ]; then pass "(g') emulated CUDA trainer, --fp8 current: losses within ${res% *} of its bf16 run (0 < d < 5e-4)"
+    else fail "(g') emulated CUDA --fp8 current: largest difference ${res% *} (want 0 < d < 5e-4)" "$(tail -2 "$T/g3.out")"; fi
 else
     echo "== (g) skipped: $EMU not built (make build/emu/train_gpt2cu)"
 fi

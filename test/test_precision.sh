@@ -51,7 +51,7 @@ specs=(
     "round_format rounds ties away from zero|$P|u += (1u << (k - 1)) - 1u + ((u >> k) & 1u);|u += (1u << (k - 1));|fp16|ties to even"
     "E4M3 overflows to inf (saturate off)|$P|round_format(x, 3, -6, 448.0f, 1)|round_format(x, 3, -6, 448.0f, 0)|e4m3|overflow"
     "round_bf16 rounds ties up|$P|u += 0x7fffu + ((u >> 16) & 1u);|u += 0x8000u;|bf16|ties to even"
-    "subnormals truncated instead of rounded|$P|r = ldexpf(rintf(ldexpf(a, m - emin)), emin - m);|r = ldexpf(truncf(ldexpf(a, m - emin)), emin - m);|e5m2|underflow"
+    "subnormals truncated instead of rounded|$P|r = rintf(a * pow2f(m - emin)) * pow2f(emin - m);|r = truncf(a * pow2f(m - emin)) * pow2f(emin - m);|e5m2|underflow"
     "stochastic rounding biased (half the random range)|$P|u += random & 0xffffu;|u += (random & 0xffffu) >> 1;|stochastic|exactly x"
     "the GELU output is not rounded|llmc/cpu/gelu.h|    floatx_round(out, N, ROUND_ACT);|    (void)0;|kernels|floatX outputs"
     "AdamW writes the bf16 parameters rounded to nearest|llmc/cpu/adamw.h|round_bf16_stochastic(p, stochastic_bits(i, seed))|round_bf16(p)|kernels|round_bf16_stochastic"

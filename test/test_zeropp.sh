@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h, doc/zeropp.md): --qwz, --hpz N, --qgz 4|8, on 4
+# ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h, doc/memory.md, ZeRO++): --qwz, --hpz N, --qgz 4|8, on 4
 # CPU ranks (fp32) against plain --zero 3 with the same model, data and seed:
 #   - the quantiser itself (llmc/cpu/quantize.h, compiled here): |x - x'| <= absmax/(2 qmax) in
 #     every block, the wire size, NaN blocks, and the error statistics are upper bounds;
@@ -8,7 +8,7 @@
 #     ZeRO-3's at every step; qgZ's loss identical and its gradient norm within ||dg||_2 (a hard
 #     bound: | ||g + e|| - ||g|| | <= ||e||);
 #   - training (lr 1e-3, 8 steps): every step's loss within F_t + sum_{s<t} 2 lr_s ||dg_s||_1
-#     (doc/zeropp.md derives it);
+#     (doc/memory.md, ZeRO++ derives it);
 #   - bytes: every step, each collective's counted bytes = the formula the program prints, and
 #     that formula = the one computed here from the model's shape;
 #   - bad flags: a clear message on every rank;
@@ -128,7 +128,7 @@ else
     fail "qwZ + hpZ 2 + qgZ int8 with --comm-algo native differs from ring" "$(diff "$T/all_train.log" "$T/all_native.log" | head -4)"
 fi
 
-# --- the tolerances (doc/zeropp.md): judge REF RUN MODE LABEL
+# --- the tolerances (doc/memory.md, ZeRO++): judge REF RUN MODE LABEL
 cat >"$T/judge.py" <<'EOF'
 import re, sys
 ref, run, mode, label = sys.argv[1:5]

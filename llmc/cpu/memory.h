@@ -35,14 +35,18 @@ static inline void floatx_round(float* p, size_t n, int kind) {
     int prec = cpu_prec.prec;
     if (prec == PREC_FP32 || p == NULL || n == 0) { return; }
     size_t nonzero = 0, flushed = 0, over = 0;
-    #pragma omp parallel for reduction(+ : nonzero, flushed, over)
-    for (size_t i = 0; i < n; i++) {
-        float x = p[i], r = round_to(prec, x);
-        nonzero += x != 0.0f;
-        flushed += x != 0.0f && r == 0.0f;
-        over += isfinite(x) && !isfinite(r);
-        p[i] = r;
+    // one loop per format, so that the compiler inlines and vectorises the rounding
+#define FLOATX_ROUND_LOOP(ROUND)                                                  \
+    _Pragma("omp parallel for simd reduction(+ : nonzero, flushed, over)")         \
+    for (size_t i = 0; i < n; i++) {                                              \
+        float x = p[i], r = ROUND(x);                                             \
+        nonzero += x != 0.0f;                                                     \
+        flushed += (x != 0.0f) & (r == 0.0f);                                     \
+        over += (fabsf(x) <= 3.4028235e38f) & !(fabsf(r) <= 3.4028235e38f);       \
+        p[i] = r;                                                                 \
     }
+    if (prec == PREC_BF16) { FLOATX_ROUND_LOOP(round_bf16) } else { FLOATX_ROUND_LOOP(round_fp16) }
+#undef FLOATX_ROUND_LOOP
     if (kind != ROUND_COPY && !cpu_prec.paused) {
         cpu_prec.nonzero[kind] += (double)nonzero;
         cpu_prec.flushed[kind] += (double)flushed;

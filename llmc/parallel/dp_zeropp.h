@@ -251,7 +251,7 @@ static inline void zeropp_print_plan(const DataParallel* dp) {
 }
 
 // Measured against the formula, per collective; and what the quantisation error can be at most,
-// from this step's scales (the bound the loss tolerance in doc/zeropp.md starts from).
+// from this step's scales (the bound the loss tolerance in doc/memory.md, ZeRO++ starts from).
 static inline void zeropp_report_step(DataParallel* dp, int micro) {
     ZeroPP* z = zeropp_of(dp);
     if (!z) { return; }
