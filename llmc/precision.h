@@ -109,3 +109,13 @@ PREC_HD static inline float round_bf16_stochastic(float x, uint32_t random) {
 PREC_HD static inline float round_to(int prec, float x) {
     return prec == PREC_BF16 ? round_bf16(x) : prec == PREC_FP16 ? round_fp16(x) : x;
 }
+
+// ---- block quantisation to int8 / int4 (ZeRO++, llmc/parallel/dp_zeropp.h): the wire layout that
+// llmc/cpu/quantize.h (which explains it) and llmc/cuda/quantize.cuh share. Blocks of QUANT_BLOCK
+// values, each one fp32 scale (absmax / qmax) and QUANT_BLOCK codes of `bits` bits, in int32 words.
+#define QUANT_BLOCK 256
+static inline size_t quant_num_blocks(size_t n) { return (n + QUANT_BLOCK - 1) / QUANT_BLOCK; }
+static inline size_t quant_block_words(int bits) { return 1 + (size_t)QUANT_BLOCK * bits / 32; }
+// int32 words that n values take on the wire
+static inline size_t quant_words(size_t n, int bits) { return quant_num_blocks(n) * quant_block_words(bits); }
+static inline int quant_qmax(int bits) { return (1 << (bits - 1)) - 1; }

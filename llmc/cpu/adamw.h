@@ -11,6 +11,8 @@
 // (llmc/cuda/adamw.cuh), fp16 to nearest.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 #include "adamw_host.h"
 
 static inline void adamw_update(float* params, float* master_params, const float* grads, float* m, float* v,

@@ -9,6 +9,8 @@
 // so the sums over t into dK and dV need no atomics and are deterministic.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 // Floats the forward saves per layer for the backward. CPU: the full probability matrix.
 static inline size_t attention_state_size(int B, int T, int NH) { return (size_t)B * NH * T * T; }
 

@@ -30,6 +30,8 @@
 // CUDA test include this file as its reference, inside namespace cpu).
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,6 +8,8 @@
 // the logits in place: the probabilities are never stored, which saves a B*T*Vp buffer.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 static inline void fused_classifier(float* logits, float* losses, const float* weights, const int* targets,
                              float dloss, int B, int T, int V, int Vp, int write_dlogits) {
     int N = B * T;

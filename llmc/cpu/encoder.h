@@ -6,6 +6,8 @@
 // positions in order: no races, and the sum order does not depend on the thread count.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 #include <limits.h>
 #include <algorithm>
 #include <vector>

@@ -7,6 +7,8 @@
 // the two agree to 3e-7). exp overflowing to inf gives tanh = 1, underflowing to 0 gives -1.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 #define GELU_SCALE 0.7978845608028654f   // sqrt(2/pi)
 
 static inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }

@@ -8,6 +8,8 @@
 // gradient (see gpt2_backward). mean and rstd are saved by forward for backward.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 static inline void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int B, int T, int C) {
     const float eps = 1e-5f;

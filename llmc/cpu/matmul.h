@@ -23,6 +23,8 @@
 // gives bit-identical results for any thread count.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

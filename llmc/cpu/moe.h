@@ -29,6 +29,8 @@
 // the same thread overwrites it with dy.
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -27,13 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define QUANT_BLOCK 256
-
-static inline size_t quant_num_blocks(size_t n) { return (n + QUANT_BLOCK - 1) / QUANT_BLOCK; }
-static inline size_t quant_block_words(int bits) { return 1 + (size_t)QUANT_BLOCK * bits / 32; }
-// int32 words that n values take on the wire
-static inline size_t quant_words(size_t n, int bits) { return quant_num_blocks(n) * quant_block_words(bits); }
-static inline int quant_qmax(int bits) { return (1 << (bits - 1)) - 1; }
+#include "../precision.h"   // QUANT_BLOCK and the wire layout's sizes, shared with the CUDA twin
 
 static inline void quantize_blocks(int32_t* wire, const floatX* x, size_t n, int bits, float* stats) {
     const int qmax = quant_qmax(bits);

@@ -4,6 +4,8 @@
 // and lets both branches read it (see "dresidual" in llmc/gpt2.h).
 #pragma once
 
+#include "round.h"   // floatx_round: outputs stored in the --precision format
+
 static inline void residual_forward(float* out, const float* inp1, const float* inp2, size_t N) {
     #pragma omp parallel for
     for (size_t i = 0; i < N; i++) { out[i] = inp1[i] + inp2[i]; }

@@ -904,16 +904,6 @@ __global__ void attention_cache_store_kernel(floatX* kcache, floatX* vcache, con
     }
 }
 
-__device__ inline float attention_cached_block_max(float v, float* shared) {   // like block_sum, with max
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) { shared[warp] = v; }
-    __syncthreads();
-    v = lane < nwarps ? shared[lane] : -INFINITY;
-    return warp_max(v);
-}
-
 __global__ void attention_cached_kernel(floatX* out, const floatX* qkv, const floatX* kcache, const floatX* vcache,
                                         const int* rows, const int* positions, int maxT, int C, int NH) {
     extern __shared__ float scores[];   // maxT floats
@@ -933,7 +923,7 @@ __global__ void attention_cached_kernel(floatX* out, const floatX* qkv, const fl
         scores[t2] = s;
         maxval = fmaxf(maxval, s);
     }
-    maxval = attention_cached_block_max(maxval, reduce);
+    maxval = block_max(maxval, reduce);
     float sum = 0.0f;
     for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) { float e = expf(scores[t2] - maxval); scores[t2] = e; sum += e; }
     float inv = 1.0f / block_sum(sum, reduce);   // block_sum's barriers also publish scores[]

@@ -64,17 +64,23 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int off = 16; off > 0; off >>= 1) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off)); }
     return v;
 }
-// Sum over a block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `shared` must hold 32 floats. Deterministic: a fixed tree.
-__device__ inline float block_sum(float v, float* shared) {
+// Sum or max over a block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. `shared` must hold 32 floats. Deterministic: a fixed tree. Op: a warp-wide reduction
+// and its identity (what the lanes beyond the last warp contribute).
+struct SumOp { __device__ static float warp(float v) { return warp_sum(v); } static constexpr float identity = 0.0f; };
+struct MaxOp { __device__ static float warp(float v) { return warp_max(v); } static constexpr float identity = -INFINITY; };
+template <typename Op>
+__device__ inline float block_reduce(float v, float* shared) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_sum(v);
+    v = Op::warp(v);
     __syncthreads();   // shared may still be read by a previous call
     if (lane == 0) { shared[warp] = v; }
     __syncthreads();
-    v = lane < nwarps ? shared[lane] : 0.0f;
-    return warp_sum(v);
+    v = lane < nwarps ? shared[lane] : Op::identity;
+    return Op::warp(v);
 }
+__device__ inline float block_sum(float v, float* shared) { return block_reduce<SumOp>(v, shared); }
+__device__ inline float block_max(float v, float* shared) { return block_reduce<MaxOp>(v, shared); }
 
 // ---- deterministic column sums
 // Several kernels need out[c] += sum over rows r of f(r, c) (bias and layernorm weight

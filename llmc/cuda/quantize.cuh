@@ -15,23 +15,7 @@
 #include <stdint.h>
 #include "common.cuh"
 
-#define QUANT_BLOCK 256
-
-static inline size_t quant_num_blocks(size_t n) { return (n + QUANT_BLOCK - 1) / QUANT_BLOCK; }
-static inline size_t quant_block_words(int bits) { return 1 + (size_t)QUANT_BLOCK * bits / 32; }
-static inline size_t quant_words(size_t n, int bits) { return quant_num_blocks(n) * quant_block_words(bits); }
-static inline int quant_qmax(int bits) { return (1 << (bits - 1)) - 1; }
-
-// max over the block (blockDim.x = QUANT_BLOCK); every thread gets it. shared: 32 floats
-__device__ inline float quant_block_max(float v, float* shared) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();   // shared may still be read by a previous call
-    if (lane == 0) { shared[warp] = v; }
-    __syncthreads();
-    v = lane < nwarps ? shared[lane] : 0.0f;
-    return warp_max(v);
-}
+#include "../precision.h"   // QUANT_BLOCK and the wire layout's sizes (llmc/cpu/quantize.h explains them)
 
 __device__ __forceinline__ int quant_code_at(const int32_t* blk, int i, int bits) {
     const uint8_t* codes = (const uint8_t*)(blk + 1);
@@ -49,8 +33,8 @@ __global__ void quantize_blocks_kernel(int32_t* wire, const floatX* x, size_t n,
     int cnt = n - lo < QUANT_BLOCK ? (int)(n - lo) : QUANT_BLOCK;
     float v = i < n ? to_float(x[i]) : 0.0f;
     int finite_v = isfinite(v);
-    float amax = quant_block_max(finite_v ? fabsf(v) : 0.0f, shared);
-    float bad = quant_block_max(finite_v ? 0.0f : 1.0f, shared);
+    float amax = block_max(finite_v ? fabsf(v) : 0.0f, shared);
+    float bad = block_max(finite_v ? 0.0f : 1.0f, shared);
     int finite = bad == 0.0f;
     float scale = finite ? amax / (float)qmax : __int_as_float(0x7fc00000);   // NaN
     float inv = finite && amax > 0.0f ? (float)qmax / amax : 0.0f;
