@@ -176,7 +176,8 @@ static inline void cp_init(ContextParallel* cp, GPT2* model, Comm* comm, CPAlgo 
 // of C channels on this rank (tp's share); without a model (test/test_cp_attention.cu)
 static inline uint64_t cp_formula_layer_bytes_for(const ContextParallel* cp, int B, int C) {
     uint64_t E = (uint64_t)B * cp->Tl * C, a = sizeof(floatX), p = cp->cp;
-    uint64_t again = cp->model->recompute != RECOMPUTE_NONE ? 1 : 0;   // --recompute reruns the forward's attention
+    // --recompute reruns the attention's forward (no model: the op alone, as test_cp_attention runs it)
+    uint64_t again = cp->model && cp->model->recompute != RECOMPUTE_NONE ? 1 : 0;
     if (cp->algo == CP_ALLTOALL) { return (2 + again) * (p - 1) * (4 * E / p) * a; }   // forward + backward
     return (p - 1) * 2 * E * a * (2 + again) + (p - 1) * 2 * E * 4;
 }
