@@ -21,7 +21,7 @@
 // test_gpt2cpu --check DIR --precision bf16: the CPU backend storing every floatX tensor in bf16
 // (llmc/cpu/memory.h) against the bf16 reference (gpt2.py --dtype bfloat16 -> ref_bf16.bin,
 // ref_bf16_masked.bin: bf16 storage, fp32 math in each kernel, fp32 master weights), the dense
-// cases, with the CUDA bf16 build's tolerances (tolerances_for(PREC_BF16)); the RLVR cases
+// cases, with tolerances tighter than the CUDA bf16 build's (tolerances_bf16_simulation); the RLVR cases
 // against their fp32 reference as the CUDA bf16 build does; the MoE cases not (see main).
 // Measured errors: doc/precision-tests.md.
 // Tolerances (fp32): logits and gradients within 1e-4 of each tensor's largest magnitude; the
@@ -94,6 +94,18 @@ static Tolerances tolerances_for(int prec) {
     return t;
 }
 static Tolerances tolerances_for_build() { return tolerances_for(backend_precision()); }
+// The CPU's --precision bf16 against the bf16 reference (both sides round at the same places):
+// tighter than the CUDA build's bf16-against-fp32 table, which a CPU that did not round at all
+// would also pass. Each ~2.5-3x the largest error measured (doc/precision-tests.md): logits 3.3e-3
+// (one bf16 ulp: the floor of any bf16-vs-bf16 comparison) -> 1e-2; loss 4.4e-6 -> 1.5e-5;
+// gradients <= 6.1e-3 -> 2e-2; step losses 9.2e-5 -> 3e-4; norms 1.1e-3 -> 3e-3; updates <= 1.3e-2
+// (every tensor, LayerNorm gains included) -> 3e-2.
+static Tolerances tolerances_bf16_simulation() {
+    Tolerances t = tolerances_for(PREC_BF16);
+    t.loss = 1.5e-5f; t.step_loss = 3e-4f; t.step_norm = 3e-3f;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.update[i] = 3e-2f; }
+    return t;
+}
 
 #define BATCH_MAGIC 20241121
 #define REF_MAGIC 20241122
@@ -426,7 +438,7 @@ static void check_case(const char* dir, const char* model_name, const char* batc
             header[9], Lm);
     }
 
-    Tolerances tol = tolerances_for_build();
+    Tolerances tol = want_format == 1 ? tolerances_bf16_simulation() : tolerances_for_build();
     printf("\n[%s] B %d, T %d, L %d, NH %d, C %d, V %d (Vp %d), %zu parameters\n", label, B, T,
            model.config.num_layers, model.config.num_heads, model.config.channels, V, Vp, P);
     if (moe) {

@@ -50,5 +50,18 @@ if [ "$bin" = "./test_gpt2cpu" ]; then
     "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_bf16_masked.bin" \
         --dtype bfloat16 || exit 1
     "$bin" --check "$dir" --precision bf16 || status=1
+    # the bf16 check can fail: a CPU backend that does not round at all must miss its tolerances
+    # (the CUDA build's bf16-against-fp32 ones would let it pass)
+    rm -rf "$dir/unrounded" && mkdir -p "$dir/unrounded" && cp -r llmc test "$dir/unrounded/"
+    sed -i 's/    if (prec == PREC_FP32 || p == NULL || n == 0) { return; }/    if (1) { return; }/' "$dir/unrounded/llmc/cpu/round.h"
+    if ! grep -q 'if (1) { return; }' "$dir/unrounded/llmc/cpu/round.h"; then
+        echo "FAIL perturbation 'no bf16 rounding': the text to replace is not in llmc/cpu/round.h"; status=1
+    elif ! ${CXX:-g++} -std=c++17 -O1 -fopenmp -x c++ -DLLMC_CPU "$dir/unrounded/test/test_gpt2.cu" -o "$dir/unrounded/test_gpt2" -lm; then
+        echo "FAIL perturbation 'no bf16 rounding': build failed"; status=1
+    else
+        n=$("$dir/unrounded/test_gpt2" --check "$dir" --precision bf16 2>&1 | grep -c '^FAIL bf16 ')
+        if [ "$n" -ge 1 ]; then echo "PASS perturbation 'no bf16 rounding' (the CPU stores fp32): the bf16 check fails ($n FAIL lines)"
+        else echo "FAIL perturbation 'no bf16 rounding' went unnoticed by the bf16 check"; status=1; fi
+    fi
 fi
 exit $status
