@@ -65,11 +65,11 @@ int main(int argc, char** argv) {
     // ---- training
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed + 1);
-    TrainState state;
-    train_state_init(&state, &plan, &task, &args, &sample_rng);   // --resume: step, optimizer, data, RNG, log
-    if (logf) { fputs(state.log.c_str(), logf); }
     LossScaler scaler;   // --loss-scale: the loss times S, the gradients divided by S in the update (llmc/loss_scale.h)
     loss_scale_init(&scaler, args.loss_scale, args.loss_scale_init, args.loss_scale_window);
+    TrainState state;
+    train_state_init(&state, &plan, &task, &args, &sample_rng, &scaler);   // --resume: step, optimizer, data, RNG, S, log
+    if (logf) { fputs(state.log.c_str(), logf); }
     int stopped = 0;
     double flops_per_step = gpt2_flops_per_token(&model, T) * args.batch * T;
     double timed_seconds = 0.0;

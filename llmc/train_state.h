@@ -43,6 +43,7 @@
 #include "gpt2.h"
 #include "train_args.h"
 #include "task.h"
+#include "loss_scale.h"
 #include "parallel/plan.h"
 
 #define TRAIN_STATE_MAGIC 20261123
@@ -381,6 +382,7 @@ typedef struct {
     Plan* plan;
     Task* task;
     const TrainArgs* args;
+    LossScaler* scaler;     // --loss-scale: S, its clean-step count and the steps skipped travel with the state
     int first_step;         // the loop starts here: 0, or the saved step with --resume
     int resumed;
     std::string log;        // the --log lines so far (rank 0), saved with the state
@@ -441,10 +443,12 @@ static inline void state_fill_segments(const std::vector<StateSegment>& segs, GP
 // After the plan and the task exist. Without --resume: start at step 0. With it: the optimizer
 // state of this rank's segments, AdamW's t, the data position, the sampling RNG and the log
 // lines so far; the flags that decide the remaining steps must match the saved run's.
-static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, const TrainArgs* a, Rng* sample_rng) {
+static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, const TrainArgs* a, Rng* sample_rng,
+                                    LossScaler* scaler) {
     ts->plan = plan;
     ts->task = task;
     ts->args = a;
+    ts->scaler = scaler;
     ts->first_step = 0;
     ts->resumed = a->resume != NULL;
     ts->log.clear();
@@ -477,6 +481,11 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     Position pos = parse_lines(read_text_or_die(ppath), NULL);
     sample_rng->state = position_get(&pos, "trainer.sample_rng", ppath.c_str());
     task->heldout = bits_float((int)(uint32_t)position_get(&pos, "trainer.heldout_bits", ppath.c_str()));
+    if (scaler->on && pos.count("trainer.loss_scale_bits")) {   // a state saved without scaling: S starts afresh
+        scaler->scale = bits_float((int)(uint32_t)position_get(&pos, "trainer.loss_scale_bits", ppath.c_str()));
+        scaler->clean = (int)position_get(&pos, "trainer.loss_scale_clean", ppath.c_str());
+        scaler->skipped = (int)position_get(&pos, "trainer.loss_scale_skipped", ppath.c_str());
+    }
     task->set_position(task, &pos, ppath.c_str());
     ts->log = read_text_or_die(mf.step_dir + "/log");
     std::string metrics = read_text_or_die(mf.step_dir + "/metrics");
@@ -589,6 +598,11 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         Position pos;
         position_put(&pos, "trainer.sample_rng", sample_rng->state);
         position_put(&pos, "trainer.heldout_bits", (uint32_t)float_bits(ts->task->heldout));   // not yet reported (NaN: none)
+        if (ts->scaler->on) {
+            position_put(&pos, "trainer.loss_scale_bits", (uint32_t)float_bits(ts->scaler->scale));
+            position_put(&pos, "trainer.loss_scale_clean", (unsigned long long)ts->scaler->clean);
+            position_put(&pos, "trainer.loss_scale_skipped", (unsigned long long)ts->scaler->skipped);
+        }
         ts->task->get_position(ts->task, &pos);
         std::string ptext, mtext;
         for (auto& kv : pos) { ptext += kv.first + " " + kv.second + "\n"; }

@@ -19,7 +19,8 @@
 #       exists): every step's loss within the bf16 tolerance of test/test_gpt2.cu (8e-4), and
 #       closer on average than the CPU's fp32 run is; (g') the emulated CUDA trainer's loss scaling
 #       (a NaN gradient skipped, the scale halved) and FP8 (llmc/cuda/fp8.cuh, within 5e-4 of bf16);
-#   (h) perturbations: without the 1/S in the update (a) fails; without the skip (b) fails.
+#   (h) perturbations: without the 1/S in the update (a) fails; without the skip (b) fails;
+#   (i) the scaler's state (S, clean steps, skipped) is saved by --save-state and restored by --resume.
 # Prints PASS/FAIL lines. About a minute on 2 cores.
 set -u
 cd "$(dirname "$0")/.."
@@ -131,6 +132,21 @@ if [ -x "$EMU" ]; then
     else fail "(g') emulated CUDA --fp8 current: largest difference ${res% *} (want 0 < d < 5e-4)" "$(tail -2 "$T/g3.out")"; fi
 else
     echo "== (g) skipped: $EMU not built (make build/emu/train_gpt2cu)"
+fi
+
+# (i) the loss scaler travels with the training state: stopped after step 4 of 8 and resumed, the
+# same --log bytes and the same scale at the end as the uninterrupted run (S grew 1024 -> 4096 by then)
+F="--precision fp16 --loss-scale dynamic --loss-scale-init 1024 --loss-scale-window 2 --steps 8"
+$TRAIN $D $SMALL $F --log "$T/i_a.log" >"$T/i_a.out" 2>&1
+rm -rf "$T/i_state"
+$TRAIN $D $SMALL $F --save-state "$T/i_state" --exit-after 4 >"$T/i_b1.out" 2>&1
+$TRAIN $D $SMALL $F --resume "$T/i_state" --log "$T/i_b.log" >"$T/i_b.out" 2>&1
+sa=$(grep "^step    8/8" "$T/i_a.out" | grep -o "scale [0-9e+.]* ([0-9]* skipped)")
+sb=$(grep "^step    8/8" "$T/i_b.out" | grep -o "scale [0-9e+.]* ([0-9]* skipped)")
+if [ -s "$T/i_a.log" ] && cmp -s "$T/i_a.log" "$T/i_b.log" && [ -n "$sa" ] && [ "$sa" = "$sb" ]; then
+    pass "(i) --save-state/--resume with dynamic loss scaling: the same --log bytes, '$sa' at step 8 in both"
+else
+    fail "(i) resume with loss scaling" "uninterrupted '$sa', resumed '$sb'" "$(cmp "$T/i_a.log" "$T/i_b.log" 2>&1)"
 fi
 
 # (h) perturbations
