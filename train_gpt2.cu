@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
         loss = task.step_loss(&task, plan_mean(&plan, loss));
         backend_synchronize();
         double dt = wall_seconds() - t0;
-        int overflow = loss_scale_update(&scaler, step, loss, norm);   // skipped for overflow: S halves
+        int overflow = loss_scale_update(&scaler, step, norm);   // skipped for overflow: S halves
         guard_step_end(&guard, step, loss, norm, overflow);   // a non-finite loss or norm: stop naming the tensor, or skip (--on-nan)
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up
         double peak = backend_peak_flops();

@@ -50,7 +50,7 @@ typedef struct {
     double quantised[FP8_KINDS];   // values quantised, for the summary
 } Fp8;
 
-static inline int fp8_key(const Fp8* f, const OpAt* at, int site) { (void)f; return at->layer * NUM_LINEAR_SITES + site; }
+static inline int fp8_key(const OpAt* at, int site) { return at->layer * NUM_LINEAR_SITES + site; }   // (layer, site)
 
 static inline floatX* fp8_buffer(Fp8* f, int kind, size_t n) {
     if (n > f->cap[kind]) {
@@ -102,7 +102,7 @@ static inline void fp8_linear_forward(void* ctx, const OpAt* at, int site, float
                                       const floatX* bias, int C, int OC) {
     Fp8* f = (Fp8*)ctx;
     if (!fp8_site_on(at, site)) { f->inner.forward(f->inner.ctx, at, site, out, inp, w, bias, C, OC); return; }
-    int key = fp8_key(f, at, site);
+    int key = fp8_key(at, site);
     size_t nx = fp8_input_count(at, site, C), nw = (size_t)OC * C;
     float sx, sw;
     if (at->slot >= 0 && at->model->recomputing) {   // --recompute: the forward again, with its scales, recording nothing
@@ -127,7 +127,7 @@ static inline void fp8_linear_backward(void* ctx, const OpAt* at, int site, floa
                                        const floatX* dout, const floatX* inp, const floatX* w, int C, int OC) {
     Fp8* f = (Fp8*)ctx;
     if (!fp8_site_on(at, site)) { f->inner.backward(f->inner.ctx, at, site, dinp, dw, dbias, dout, inp, w, C, OC); return; }
-    int key = fp8_key(f, at, site);
+    int key = fp8_key(at, site);
     const float* s = &f->fwd_scale[((size_t)at->slot * f->keys + key) * 2];
     size_t nx = fp8_input_count(at, site, C), nw = (size_t)OC * C;
     int out_tokens = (site == LINEAR_QKV || site == LINEAR_FC) ? at->T : at->Ts;   // Y: the other side

@@ -293,27 +293,22 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
     g->fault_rank = -1;
     g->fault_step = 0;
     if (s == NULL) { return; }
+    // KIND:RANK:STEP (nan:RANK:STEP: one rank's gradients only, the others must skip the step with it)
+    static const struct { const char* name; int fault; } kinds[] = {
+        {"nan", FAULT_NAN}, {"hang", FAULT_HANG}, {"kill", FAULT_KILL}, {"stall", FAULT_STALL}};
+    char kind[8] = "";
     int a = 0, b = 0, end = 0;
-    if (sscanf(s, "nan:%d%n", &a, &end) == 1 && s[end] == 0 && a >= 1) {
+    if (sscanf(s, "nan:%d%n", &a, &end) == 1 && s[end] == 0 && a >= 1) {   // every rank's
         g->fault = FAULT_NAN;
         g->fault_step = a;
-    } else if (sscanf(s, "nan:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
-        g->fault = FAULT_NAN;   // one rank's gradients only: the others must skip the step with it
+    } else if (sscanf(s, "%7[a-z]:%d:%d%n", kind, &a, &b, &end) == 3 && s[end] == 0 && a >= 0 && b >= 1) {
+        for (const auto& k : kinds) {
+            if (strcmp(kind, k.name) == 0) { g->fault = k.fault; }
+        }
         g->fault_rank = a;
         g->fault_step = b;
-    } else if (sscanf(s, "hang:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
-        g->fault = FAULT_HANG;
-        g->fault_rank = a;
-        g->fault_step = b;
-    } else if (sscanf(s, "kill:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
-        g->fault = FAULT_KILL;
-        g->fault_rank = a;
-        g->fault_step = b;
-    } else if (sscanf(s, "stall:%d:%d%n", &a, &b, &end) == 2 && s[end] == 0 && a >= 0 && b >= 1) {
-        g->fault = FAULT_STALL;
-        g->fault_rank = a;
-        g->fault_step = b;
-    } else {
+    }
+    if (g->fault == FAULT_NONE) {
         die("--fault must be nan:STEP, nan:RANK:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
     }
     if (g->fault_rank >= g->world_size) {

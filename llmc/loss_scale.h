@@ -58,11 +58,10 @@ static inline float loss_scale_dloss(LossScaler* s, GPT2* model, float dloss) {
 }
 
 // After the update, with the (unscaled) global gradient norm it returned. Returns 1 when the
-// step was skipped for overflow (the caller's guard then knows it is not a divergence). The
-// loss is not judged: a forward pass that overflowed has non-finite gradients too, and a scale
+// step was skipped for overflow (the caller's guard then knows it is not a divergence). Only the
+// gradients are judged: a forward pass that overflowed has non-finite gradients too, and a scale
 // that keeps falling says so below.
-static inline int loss_scale_update(LossScaler* s, int step, float loss, float norm) {
-    (void)loss;
+static inline int loss_scale_update(LossScaler* s, int step, float norm) {
     if (!s->on) { return 0; }
     if (isfinite(norm)) {
         if (s->dynamic && ++s->clean >= s->window) { s->scale *= 2.0f; s->clean = 0; }

@@ -346,9 +346,10 @@ static inline void plan_print_layout(Plan* plan) {
     GPT2* m = plan->model;
     if (m->moe) { moe_print_plan(m); }
     if (!plan->use_dp) {
-        printf("memory       parameters + gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
-               2.0 * m->num_parameters * sizeof(floatX) / 1048576.0, 2.0 * m->num_parameters * sizeof(float) / 1048576.0,
-               m->acts_bytes / 1048576.0);
+        int master = BACKEND_MASTER_WEIGHTS;   // bf16 (CUDA, or the CPU's --precision): fp32 master weights too
+        printf("memory       parameters + gradients %.1f MiB, AdamW state%s %.1f MiB, activations %.1f MiB\n",
+               2.0 * m->num_parameters * sizeof(floatX) / 1048576.0, master ? " and master weights" : "",
+               (master ? 3.0 : 2.0) * m->num_parameters * sizeof(float) / 1048576.0, m->acts_bytes / 1048576.0);
         plan_print_activations(plan);
         return;
     }
