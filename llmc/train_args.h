@@ -78,7 +78,18 @@ typedef struct {
     int qwz;                    // ZeRO++: block-wise int8 weight all-gather
     int hpz;                    // ZeRO++: secondary weight partition over groups of this many ranks (0: off)
     int qgz;                    // ZeRO++: gradient reduce-scatter quantised to 4 or 8 bits (0: off)
+    // the parameter server's optimisations (doc/parameter-server.md)
+    int comm_chunk_kb;          // layer-wise scheduling: push/pull and all-reduce in chunks of this many KiB (0: whole buffers)
+    const char* comm_order;     // fifo or priority: the order the chunks go in (llmc/parallel/dp_sched.h)
+    int ps_async;               // asynchronous parameter server: every push applied as it comes (llmc/parallel/dp_ps_async.h)
+    const char* staleness;      // stale synchronous parallel: a worker at most S steps ahead of the slowest (NULL: off)
+    int staleness_bound;        // --staleness parsed (-1: not given)
+    const char* straggler;      // RANK:MS or random:MS: a slow worker (llmc/guard.h)
+    const char* compress;       // none, topk:R, randk:R, qsgd:B or sign (llmc/parallel/dp_compress.h)
+    const char* error_feedback; // on or off: keep what compression did not send for the next step
 } TrainArgs;
+
+static inline void train_args_check_ps(TrainArgs* a);
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     die_set_rank_from_launcher();   // a bad flag under mpirun: "error: [rank R] ..." before MPI starts
@@ -106,6 +117,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->on_nan = "stop";
     a->loss_scale = "off"; a->loss_scale_init = 65536.0f; a->loss_scale_window = 200;
     a->fp8 = "off"; a->fp8_history = 16; a->recompute = "none";
+    a->comm_order = "fifo"; a->staleness_bound = -1; a->compress = "none"; a->error_feedback = "on";
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
@@ -192,6 +204,13 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"recompute", ARG_STRING, &a->recompute, "activation recomputation: none, selective (attention probabilities, GELU output from its kept input) or full (each block from its input)"},
         {"qwz", ARG_SWITCH, &a->qwz, "ZeRO++ qwZ (with --zero 3): weights all-gathered as block-wise int8 with scales"},
         {"hpz", ARG_INT, &a->hpz, "ZeRO++ hpZ (with --zero 3): a secondary weight partition within groups of N ranks (a node), 0 = off"},
+        {"comm-chunk-kb", ARG_INT, &a->comm_chunk_kb, "layer-wise scheduling (--dp-mode ps or ddp): send gradients and parameters in chunks of K KiB, layer by layer (0 = whole buffers)"},
+        {"comm-order", ARG_STRING, &a->comm_order, "with --comm-chunk-kb: fifo (as they become ready) or priority (the first layers first, P3)"},
+        {"ps-async", ARG_SWITCH, &a->ps_async, "asynchronous parameter server (--dp-mode ps): no barrier, the server applies every push as it comes"},
+        {"staleness", ARG_STRING, &a->staleness, "stale synchronous parameter server (--dp-mode ps): a worker runs at most S steps ahead of the slowest (0 = synchronous)"},
+        {"straggler", ARG_STRING, &a->straggler, "slow a worker down: RANK:MS (MS ms more every step) or random:MS (every step one random rank, seeded)"},
+        {"compress", ARG_STRING, &a->compress, "gradient compression (--dp-mode naive, ddp or ps): none, topk:R, randk:R (R in (0,1]), qsgd:B (B in 1..16 bits) or sign"},
+        {"error-feedback", ARG_STRING, &a->error_feedback, "with --compress: on (keep what was not sent for the next step) or off"},
         {"qgz", ARG_INT, &a->qgz, "ZeRO++ qgZ (with --zero 3): gradients reduce-scattered as 4- or 8-bit blocks over all-to-all, 0 = off"},
         {"fault", ARG_STRING, &a->fault, "tests only: inject a fault in step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP (before it), stall:RANK:STEP (inside it), kill:RANK:STEP"},
     };
@@ -332,6 +351,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     if ((a->qwz || a->hpz || a->qgz) && a->zero != 3) {
         die("--qwz, --hpz and --qgz are ZeRO++: they change ZeRO-3's collectives and need --zero 3 (got --zero %d)", a->zero);
     }
+    train_args_check_ps(a);   // the parameter server's optimisations (below)
     if (a->save_state_every > 0 && !a->save_state) { die("--save-state-every %d needs --save-state DIR", a->save_state_every); }
     if (a->exit_after > 0 && a->exit_after >= a->steps) { die("--exit-after %d must be below --steps %d", a->exit_after, a->steps); }
     if (a->exit_after > 0 && !a->save_state) { die("--exit-after %d stops the run to continue it later: add --save-state DIR", a->exit_after); }
@@ -352,6 +372,86 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
             die("--rl-mode grpo normalises within a group of samples: --group must be >= 2 (got %d)", a->group);
         }
         if (a->bench) { die("--bench times pre-training steps: drop --task rlvr"); }
+    }
+}
+
+// --comm-chunk-kb/--comm-order, --ps-async/--staleness/--straggler, --compress/--error-feedback
+// (doc/parameter-server.md). A straggler rank that does not exist is checked once the world
+// size is known (llmc/guard.h).
+static inline void train_args_check_ps(TrainArgs* a) {
+    if (a->comm_chunk_kb < 0) { die("--comm-chunk-kb must be >= 0 KiB (0 = whole buffers), got %d", a->comm_chunk_kb); }
+    if (strcmp(a->comm_order, "fifo") != 0 && strcmp(a->comm_order, "priority") != 0) {
+        die("--comm-order must be fifo or priority, got '%s'", a->comm_order);
+    }
+    if (strcmp(a->comm_order, "fifo") != 0 && a->comm_chunk_kb == 0) {
+        die("--comm-order %s orders chunks: add --comm-chunk-kb K", a->comm_order);
+    }
+    if (a->comm_chunk_kb > 0 && strcmp(a->dp_mode, "ps") != 0 && !(strcmp(a->dp_mode, "ddp") == 0 && a->zero == 0)) {
+        die("--comm-chunk-kb schedules the parameter server's push/pull (--dp-mode ps) or DDP's all-reduce (--dp-mode ddp, "
+            "--zero 0), got --dp-mode %s --zero %d", a->dp_mode, a->zero);
+    }
+    if (a->staleness) {
+        char* end;
+        long s = strtol(a->staleness, &end, 10);
+        if (end == a->staleness || *end != 0) { die("--staleness must be a whole number of steps >= 0, got '%s'", a->staleness); }
+        if (s < 0) { die("--staleness must be >= 0 steps (0 = synchronous), got %ld", s); }
+        a->staleness_bound = (int)s;
+    }
+    if (a->ps_async && a->staleness) { die("--ps-async has no bound on staleness: drop --staleness %s (or --ps-async for SSP)", a->staleness); }
+    if (a->ps_async || a->staleness) {
+        const char* what = a->ps_async ? "--ps-async" : "--staleness";
+        if (strcmp(a->dp_mode, "ps") != 0) { die("%s is the parameter server's: add --dp-mode ps", what); }
+        if (a->ps_servers != 1) { die("%s runs one server (rank 0, on a thread of its own): drop --ps-servers %d", what, a->ps_servers); }
+        if (a->tp > 1 || a->pp > 1 || a->cp > 1 || a->ep > 1 || a->moe_experts > 0) {
+            die("%s is pure data parallelism: it does not combine with --tp, --pp, --cp, --ep or --moe-experts", what);
+        }
+        if (a->save_state || a->resume) { die("%s: the training state of a run without a barrier is not saved (drop --save-state/--resume)", what); }
+        if (a->eval_every > 0 && a->eval_every < a->steps) {
+            die("%s: the workers hold different versions of the parameters mid-run, so evaluation runs at the end only: "
+                "add --eval-every 0", what);
+        }
+        if (strcmp(a->loss_scale, "dynamic") == 0) { die("%s with --loss-scale dynamic is not built: every rank would have to agree on each skipped step", what); }
+        if (strcmp(a->task, "rlvr") == 0) { die("%s: --task rlvr's rollouts need every rank at the same step", what); }
+        if (a->comm_chunk_kb > 0) { die("%s with --comm-chunk-kb is not built: the asynchronous server takes whole pushes", what); }
+        if (strcmp(a->compress, "none") != 0) { die("%s with --compress is not built: compress the synchronous push (drop %s)", what, what); }
+    }
+    if (a->straggler) {
+        const char* c = strchr(a->straggler, ':');
+        char* end = NULL;
+        double ms = c ? strtod(c + 1, &end) : -1.0;
+        int rank_ok = c && (strncmp(a->straggler, "random:", 7) == 0 || (c > a->straggler && strspn(a->straggler, "0123456789") == (size_t)(c - a->straggler)));
+        if (!rank_ok || !end || *end != 0 || !(ms > 0) || !isfinite(ms)) {
+            die("--straggler must be RANK:MS or random:MS with MS > 0 milliseconds, got '%s'", a->straggler);
+        }
+    }
+    if (strcmp(a->compress, "none") != 0) {
+        const char* c = strchr(a->compress, ':');
+        size_t n = c ? (size_t)(c - a->compress) : strlen(a->compress);
+        char* end = NULL;
+        int sparse = (n == 4 && strncmp(a->compress, "topk", 4) == 0) || (n == 5 && strncmp(a->compress, "randk", 5) == 0);
+        int qsgd = n == 4 && strncmp(a->compress, "qsgd", 4) == 0;
+        int sign = strcmp(a->compress, "sign") == 0;
+        if (!sparse && !qsgd && !sign) { die("--compress must be none, topk:R, randk:R, qsgd:B or sign, got '%s'", a->compress); }
+        if (sparse) {
+            double r = c ? strtod(c + 1, &end) : -1.0;
+            if (!c || *end != 0 || !(r > 0.0 && r <= 1.0)) {
+                die("--compress %.*s:R: the ratio R (the fraction of values sent) must be in (0, 1], got '%s'", (int)n, a->compress, a->compress);
+            }
+        }
+        if (qsgd) {
+            long b = c ? strtol(c + 1, &end, 10) : -1;
+            if (!c || *end != 0 || b < 1 || b > 16) { die("--compress qsgd:B: B must be 1 to 16 bits, got '%s'", a->compress); }
+        }
+        if (strcmp(a->dp_mode, "ps") != 0 && strcmp(a->dp_mode, "naive") != 0 && !(strcmp(a->dp_mode, "ddp") == 0 && a->zero == 0)) {
+            die("--compress compresses the parameter server's push or the all-reduce (--dp-mode ps, naive or ddp): not --zero %d", a->zero);
+        }
+        if (a->comm_chunk_kb > 0) { die("--compress with --comm-chunk-kb is not built: compression works on whole buckets"); }
+        if (a->tp > 1 || a->pp > 1 || a->cp > 1 || a->ep > 1) {
+            die("--compress is built for pure data parallelism: it does not combine with --tp, --pp, --cp or --ep");
+        }
+    }
+    if (strcmp(a->error_feedback, "on") != 0 && strcmp(a->error_feedback, "off") != 0) {
+        die("--error-feedback must be on or off, got '%s'", a->error_feedback);
     }
 }
 

@@ -44,6 +44,12 @@ typedef struct {
     int qwz;              // ZeRO++ (with ZeRO-3, dp_zeropp.h): weights all-gathered as int8 blocks
     int hpz;              //   the backward's all-gather within groups of hpz ranks (0: off)
     int qgz;              //   gradients reduce-scattered as qgz-bit blocks over an all-to-all (0: off)
+    int chunk_kb;         // layer-wise scheduling (dp_sched.h): chunks of this many KiB (0: whole buffers)
+    int priority;         //   1: the chunks by priority (first layers first), 0: first come, first served
+    int ps_async;         // asynchronous parameter server (dp_ps_async.h)
+    int staleness;        //   stale synchronous: at most this many steps ahead of the slowest (-1: not asked for)
+    const char* compress; // gradient compression (dp_compress.h): "none", "topk:R", "randk:R", "qsgd:B", "sign"
+    int error_feedback;   //   1: what was not sent is added to the next step's gradient
 } DPConfig;
 
 static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MODE_PS,
@@ -102,6 +108,9 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->psi = cfg->skip_experts ? model->param_info[FIRST_EXPERT_TENSOR].offset : model->num_parameters;
     dp->psi_pad = dp->psi;
     dp->zeropp = NULL;
+    dp->sched = NULL;
+    dp->async = NULL;
+    dp->compress = NULL;
     dp->threads = backend_num_threads();
     dp->thread = std::thread(dp_thread_main, dp);
     // the model's own buffers count too

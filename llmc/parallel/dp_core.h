@@ -126,6 +126,9 @@ typedef struct DataParallel {
     int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving
     GPT2Hooks hooks;              // the placement hooks this mode installed in the model's chain
     struct ZeroPP* zeropp;        // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h), NULL without it
+    struct DPSched* sched;        // layer-wise scheduling of chunks (llmc/parallel/dp_sched.h), NULL without it
+    struct PSAsync* async;        // the asynchronous / stale synchronous server (llmc/parallel/dp_ps_async.h), NULL without it
+    struct DPCompress* compress;  // gradient compression (llmc/parallel/dp_compress.h), NULL without it
     // the communication thread
     int threads;                  // its OpenMP team (the reductions it runs): the trainer's --threads
     std::thread thread;

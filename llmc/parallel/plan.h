@@ -92,7 +92,10 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
     // parallelism the main thread's collectives and messages on the tp and pp groups run while
     // the thread reduces gradients on the dp group, which needs MPI_THREAD_MULTIPLE.
-    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1 || args->comm_timeout > 0;   // (+ the watchdog: llmc/guard.h)
+    // So do the parameter server's scheduled chunks (the next forward runs while parameters
+    // arrive) and its asynchronous server (a thread of rank 0).
+    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1 || args->comm_timeout > 0   // (+ the watchdog: llmc/guard.h)
+                || args->comm_chunk_kb > 0 || args->ps_async || args->staleness_bound >= 0;
     int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
@@ -194,7 +197,10 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "ring") == 0;
     DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0, a->ep > 1,
-                    a->qwz, a->hpz, a->qgz};   // the last three: ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
+                    a->qwz, a->hpz, a->qgz,   // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
+                    a->comm_chunk_kb, strcmp(a->comm_order, "priority") == 0,   // layer-wise scheduling (dp_sched.h)
+                    a->ps_async, a->staleness_bound,                            // (a)synchronous server (dp_ps_async.h)
+                    a->compress, strcmp(a->error_feedback, "on") == 0};         // compression (dp_compress.h)
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
