@@ -78,7 +78,7 @@ build/config/%.flags: FORCE
 .PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
   nvcc-check data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
+all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
@@ -98,6 +98,12 @@ test_kernelscpu: test/test_kernels.cu $(HEADERS) build/config/test_kernelscpu.fl
 test_precisioncpu: test/test_precision.cu $(HEADERS) build/config/test_precisioncpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 build/config/test_precisioncpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
+
+# the gradient compression codec (llmc/parallel/dp_compress.h): QSGD unbiased, top-k, error feedback;
+# run by test/test_compress.sh
+test_compresscpu: test/test_compress.cu $(HEADERS) build/config/test_compresscpu.flags
+	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+build/config/test_compresscpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
 # generation with a KV cache (llmc/generate.h) against the full forward
 test_generatecpu: test/test_generate.cu $(HEADERS) build/config/test_generatecpu.flags
@@ -191,9 +197,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -291,7 +297,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_generatecpu test_sftcpu test_collectivescpu test_cp_attentioncpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
+	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_collectivescpu test_cp_attentioncpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)

@@ -4,10 +4,11 @@
 //                        fails with EFBIG and is reported, instead of killing the process
 //                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
 //                        --fault read, and with --comm-timeout the watchdog started
-//   guard_check_outputs  every output path (--save, --log, --trace, --metrics, --save-state)
+//   guard_check_outputs  every output path (--save, --log, --trace, --metrics, --ps-log, --save-state)
 //                        checked before any work: one error before step 1, nothing written
 //   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
-//                        model, and the faults the tests inject (nan, hang, kill)
+//                        model, the faults the tests inject (nan, hang, kill), and the
+//                        straggler's sleep (--straggler RANK:MS or random:MS)
 //   guard_step_end       after the update: a non-finite loss or gradient norm stops the run,
 //                        naming the step and the first tensor whose gradient is not finite
 //                        (--on-nan stop), or skips the step's update (--on-nan skip)
@@ -55,6 +56,8 @@ typedef struct Guard {
     Plan* plan;
     int rank, world_size;
     int fault, fault_rank, fault_step;   // --fault: what, on which rank (-1: all), at the start of which step (from 1)
+    int straggler_rank;            // --straggler: the slow rank, -1 random (one per step), -2 none
+    double straggler_ms;           //   its delay per step
     // progress of the main thread: 0 before the first step, 2s+1 in step s, 2s+2 after it (s from 0)
     std::atomic<long long> mark{0};
     std::atomic<double> last_progress{0.0};   // wall_seconds() of the last mark or hook event
@@ -316,6 +319,32 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
     }
 }
 
+// --straggler RANK:MS | random:MS (the form is checked in train_args.h; the rank here, where the
+// world size is known: every rank finds the same error before step 1)
+static inline void guard_parse_straggler(Guard* g, const char* s) {
+    g->straggler_rank = -2;
+    g->straggler_ms = 0.0;
+    if (s == NULL) { return; }
+    const char* c = strchr(s, ':');
+    g->straggler_ms = atof(c + 1);
+    g->straggler_rank = strncmp(s, "random:", 7) == 0 ? -1 : atoi(s);
+    if (g->straggler_rank >= g->world_size) {
+        die("--straggler %s: there are only %d ranks (0 to %d): name one of them, or random:%s", s, g->world_size,
+            g->world_size - 1, c + 1);
+    }
+}
+// The straggler of step `step` (from 0): the named rank, or with random:MS one rank drawn from
+// --seed and the step, so that every rank draws the same one without talking (and a worker
+// ahead of the others, without a barrier, still agrees on who straggles at each step)
+static inline int guard_straggler_at(const Guard* g, int step) {
+    if (g->straggler_rank != -1) { return g->straggler_rank; }
+    uint64_t x = (uint64_t)(uint32_t)g->args->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step + 1;   // splitmix64
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return (int)(x % (uint64_t)g->world_size);
+}
+
 // After plan_init, on every rank (collective: the watchdogs' communicator is made here).
 static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     signal(SIGXFSZ, SIG_IGN);   // past the file-size limit: write fails with EFBIG, and we say so
@@ -328,6 +357,7 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     g->rank = plan->rank;
     g->world_size = plan->world_size;
     guard_parse_fault(g, args->fault);
+    guard_parse_straggler(g, args->straggler);
     g->mark.store(0);
     g->events.store(0);
     g->where.store(0);
@@ -393,7 +423,7 @@ static inline void guard_check_output(const char* flag, const char* path, int is
 static inline void guard_check_outputs(const TrainArgs* a, int rank) {
     if (rank == 0) {
         struct { const char* flag; const char* path; } files[] = {
-            {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}};
+            {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}, {"ps-log", a->ps_log}};
         for (auto& f : files) {
             if (f.path) { guard_check_output(f.flag, f.path, 0); }
         }
@@ -420,6 +450,9 @@ static inline float guard_dloss(Guard* g, int step, float dloss) {
     }
     guard_hooks(g);
     guard_mark(g, 2LL * step + 1);
+    if (g->straggler_rank >= -1 && guard_straggler_at(g, step) == g->rank) {   // --straggler: this rank is slow this step
+        usleep((useconds_t)(g->straggler_ms * 1000.0));
+    }
     g->plan->model->skip_nonfinite = strcmp(g->args->on_nan, "skip") == 0;
     if (g->fault == FAULT_NAN && g->fault_step == s && (g->fault_rank < 0 || g->fault_rank == g->rank)) {
         dloss *= NAN;   // every gradient of the step (on that rank) is NaN

@@ -85,6 +85,7 @@ typedef struct {
     const char* staleness;      // stale synchronous parallel: a worker at most S steps ahead of the slowest (NULL: off)
     int staleness_bound;        // --staleness parsed (-1: not given)
     const char* straggler;      // RANK:MS or random:MS: a slow worker (llmc/guard.h)
+    const char* ps_log;         // the asynchronous server's log: one line per applied update (NULL: none)
     const char* compress;       // none, topk:R, randk:R, qsgd:B or sign (llmc/parallel/dp_compress.h)
     const char* error_feedback; // on or off: keep what compression did not send for the next step
 } TrainArgs;
@@ -208,6 +209,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"comm-order", ARG_STRING, &a->comm_order, "with --comm-chunk-kb: fifo (as they become ready) or priority (the first layers first, P3)"},
         {"ps-async", ARG_SWITCH, &a->ps_async, "asynchronous parameter server (--dp-mode ps): no barrier, the server applies every push as it comes"},
         {"staleness", ARG_STRING, &a->staleness, "stale synchronous parameter server (--dp-mode ps): a worker runs at most S steps ahead of the slowest (0 = synchronous)"},
+        {"ps-log", ARG_STRING, &a->ps_log, "with --ps-async or --staleness: write 'update seconds steps loss norm workers clocks staleness' per applied update to this file"},
         {"straggler", ARG_STRING, &a->straggler, "slow a worker down: RANK:MS (MS ms more every step) or random:MS (every step one random rank, seeded)"},
         {"compress", ARG_STRING, &a->compress, "gradient compression (--dp-mode naive, ddp or ps): none, topk:R, randk:R (R in (0,1]), qsgd:B (B in 1..16 bits) or sign"},
         {"error-feedback", ARG_STRING, &a->error_feedback, "with --compress: on (keep what was not sent for the next step) or off"},
@@ -390,6 +392,9 @@ static inline void train_args_check_ps(TrainArgs* a) {
         die("--comm-chunk-kb schedules the parameter server's push/pull (--dp-mode ps) or DDP's all-reduce (--dp-mode ddp, "
             "--zero 0), got --dp-mode %s --zero %d", a->dp_mode, a->zero);
     }
+    if (a->comm_chunk_kb > 0 && (a->tp > 1 || a->pp > 1 || a->cp > 1 || a->ep > 1)) {
+        die("--comm-chunk-kb is built for pure data parallelism: it does not combine with --tp, --pp, --cp or --ep");
+    }
     if (a->staleness) {
         char* end;
         long s = strtol(a->staleness, &end, 10);
@@ -415,6 +420,8 @@ static inline void train_args_check_ps(TrainArgs* a) {
         if (a->comm_chunk_kb > 0) { die("%s with --comm-chunk-kb is not built: the asynchronous server takes whole pushes", what); }
         if (strcmp(a->compress, "none") != 0) { die("%s with --compress is not built: compress the synchronous push (drop %s)", what, what); }
     }
+    if (a->ps_log && !a->ps_async && !a->staleness) { die("--ps-log is the asynchronous server's log: add --ps-async or --staleness S (with --dp-mode ps)"); }
+    if (a->ps_log && a->steps < 2) { die("--ps-log is written with the run's summary, after the timed steps: --steps must be >= 2, got %d", a->steps); }
     if (a->straggler) {
         const char* c = strchr(a->straggler, ':');
         char* end = NULL;

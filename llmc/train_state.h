@@ -97,6 +97,7 @@ typedef struct {
 static inline std::vector<StateSegment> state_segments(Plan* plan) {
     GPT2* m = plan->model;
     if (!plan->use_dp && m->m_memory == NULL) { gpt2_allocate_optimizer(m); }   // as the first update would
+    if (plan->use_dp) { dp_settle(&plan->dp); }   // the layer-wise pulls (dp_sched.h) in place before anything is read or written
     std::vector<OptSegment> segs = plan_opt_segments(plan);
     std::vector<StateSegment> out;
     if (!plan->use_dp) {   // one rank: it writes everything

@@ -48,7 +48,9 @@ suite comm-single   fast 1 ./test_comm_singlecpu
 suite collbench     fast 1 bash test/test_collbench.sh
 suite launch        fast 2 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
+suite ps-schedule   full 1 bash test/test_ps_sched.sh
 suite zero-plus-plus full 2 bash test/test_zeropp.sh
+suite compression   full 2 bash test/test_compress.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
 suite pipeline      full 2 bash test/test_pp.sh
 suite context-parallel full 2 bash test/test_cp.sh
@@ -60,6 +62,7 @@ suite build-config  full 2 bash test/test_build_config.sh
 suite errors        full 1 bash test/test_errors.sh
 suite failures      full 2 bash test/test_failures.sh
 suite mixed-precision full 2 bash test/test_mixed_precision.sh
+suite ps-async      full 1 bash test/test_ps_async.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-pp 25, emu-lab 25.

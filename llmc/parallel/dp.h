@@ -22,12 +22,15 @@
 #include <string.h>
 #include "dp_core.h"
 #include "dp_mode.h"
+#include "dp_compress.h"   // before dp_ps.h: its push calls compress_ps_push
 #include "dp_naive.h"
 #include "dp_ddp.h"
 #include "dp_ps.h"
 #include "dp_zero.h"
 #include "dp_zero3.h"
 #include "offload.h"
+#include "dp_sched.h"
+#include "dp_ps_async.h"
 
 // What the flags ask for (--dp-mode, --zero, --offload, --comm-algo, --ps-servers, --bucket-mb,
 // and ZeRO-3's ZeRO++ options --qwz, --hpz, --qgz)
@@ -58,6 +61,8 @@ static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MO
 // The mode's table for the flags (parse_train_args has already checked the flags themselves
 // and their combinations, on every rank).
 static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
+    if (cfg->chunk_kb > 0) { return strcmp(cfg->mode, "ps") == 0 ? &DP_MODE_PS_SCHED : &DP_MODE_DDP_SCHED; }   // layer-wise (dp_sched.h)
+    if (cfg->ps_async || cfg->staleness >= 0) { return &DP_MODE_PS_ASYNC; }   // no barrier (dp_ps_async.h)
     for (const DPModeOps* m : DP_MODES) {
         if (strcmp(m->flag, cfg->mode) == 0 && m->zero == cfg->zero) { return m; }
     }
@@ -70,7 +75,7 @@ static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
 // communication thread.
 static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPConfig* cfg) {
     const DPModeOps* ops = dp_mode_find(cfg);
-    if (ops == &DP_MODE_PS && cfg->ps_servers > comm->size) {
+    if (strcmp(cfg->mode, "ps") == 0 && cfg->ps_servers > comm->size) {
         die("--ps-servers %d: at most the %d data-parallel ranks can be servers", cfg->ps_servers, comm->size);
     }
     memset(dp->mem_live, 0, sizeof(dp->mem_live));
@@ -86,6 +91,8 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->materialized = 0;
     dp->hooks = GPT2Hooks{};
     dp->enqueued = dp->completed = 0;
+    dp->done.assign(64, 0);
+    dp->agree_order = 0;
     dp->stop = 0;
     dp->comm_seconds = dp->exposed_seconds = 0.0;
     dp->step_bytes_start = 0;
@@ -119,7 +126,10 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->mem_live[MEM_GRADS] = dp->psi * a;
     dp->mem_live[MEM_ACTS] = model->acts_bytes;
     zeropp_create(dp, cfg->qwz, cfg->hpz, cfg->qgz);   // ZeRO++'s checks and hpZ's group (nothing without its flags)
+    sched_create(dp, cfg->chunk_kb, cfg->priority);   // layer-wise scheduling (nothing without --comm-chunk-kb)
+    ps_async_create(dp, cfg->ps_async, cfg->staleness);   // the asynchronous server's settings (nothing without its flags)
     dp->ops->init(dp);
+    compress_create(dp, cfg->compress, cfg->error_feedback);   // gradient compression, on the mode's buckets (nothing without --compress)
     if (dp->opt->prepare) { dp->opt->prepare(dp); }
     for (int c = 0; c < MEM_NCAT; c++) { dp->mem_peak[c] = dp->mem_live[c]; }
 }
@@ -137,6 +147,12 @@ static inline float dp_update(DataParallel* dp, float lr, float beta1, float bet
     return dp->ops->update(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
 }
 
+// Communication still in flight after a step (the layer-wise pulls, dp_sched.h) finishes: before
+// the training state is saved, and after the last step (before the model is freed)
+static inline void dp_settle(DataParallel* dp) {
+    if (dp->sched && dp->ops == &DP_MODE_PS_SCHED) { ps_sched_settle(dp); } else { dp_wait_all(dp); }
+}
+
 // Evaluation, sampling and checkpoints read the whole model: ZeRO-3 gathers it first
 static inline void dp_full_model_begin(DataParallel* dp) {
     if (dp->ops->full_model_begin) { dp->ops->full_model_begin(dp); }
@@ -151,11 +167,15 @@ static inline void dp_full_model_end(DataParallel* dp) {
 // bytes this rank sends in one optimizer step of `micro` micro-steps, with our ring collectives
 static inline uint64_t dp_formula_bytes(const DataParallel* dp, int micro) {
     if (dp->N == 1) { return 0; }
+    if (dp->compress) { return compress_formula_bytes(dp); }   // the compressed payloads (dp_compress.h)
     return dp->ops->formula_bytes(dp, micro);
 }
 
 // bytes per category that the lecture's table gives for this rank
-static inline void dp_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) { dp->ops->formula_memory(dp, out); }
+static inline void dp_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) {
+    dp->ops->formula_memory(dp, out);
+    compress_formula_memory(dp, out);   // --compress: residuals and wire, in comm buffers
+}
 
 static inline const char* mib(size_t bytes, char* buf) {
     snprintf(buf, 32, "%9.3f MiB", bytes / 1048576.0);
@@ -198,6 +218,8 @@ static inline void dp_print_plan(const DataParallel* dp) {
     printf("comm         %s collectives%s\n", dp->use_ring ? "ring (ours: bytes counted)" : "native MPI (bytes not counted)",
            dp->ops->comm_note);
     zeropp_print_plan(dp);
+    sched_print_plan(dp);
+    compress_print_plan(dp);
 }
 
 // After a step: the transient buffers' peak (ZeRO-2 buckets in flight, ZeRO-3 gathered blocks)
@@ -217,6 +239,7 @@ static inline uint64_t dp_step_bytes(const DataParallel* dp) {
 // step also the transient buffers' peak.
 static inline void dp_report_step(DataParallel* dp, int step, int micro) {
     uint64_t sent = dp_step_bytes(dp), want = dp_formula_bytes(dp, micro);
+    sched_step_bytes(dp, step, &sent, &want);   // layer-wise pulls belong to the step after their update
     char a[32], b[32];
     if (dp->use_ring || dp->ops->always_counted) {
         printf("     comm | sent %s by this rank (formula %s, %s) | %.1f ms, exposed %.1f ms\n", mib(sent, a),
@@ -226,6 +249,8 @@ static inline void dp_report_step(DataParallel* dp, int step, int micro) {
                mib(want, b), dp->comm_seconds * 1e3, dp->exposed_seconds * 1e3);
     }
     zeropp_report_step(dp, micro);   // ZeRO++: bytes per collective against its formula, error bounds
+    sched_report_step(dp, step);     // layer-wise scheduling: when the next forward could start
+    compress_report_step(dp, sent, want);   // --compress: bytes on every rank, error feedback's conservation
     if (step == 0) { dp_print_peaks(dp); }
 }
 
@@ -238,7 +263,10 @@ static inline void dp_shutdown(DataParallel* dp) {
     }
     dp->cv.notify_all();
     dp->thread.join();
+    ps_async_free(dp);   // the asynchronous server: goodbyes, its thread joined
     zeropp_free(dp);
+    sched_free(dp);
+    compress_free(dp);
     for (Bucket& b : dp->buckets) {
         device_free(b.grad);
         device_free(b.grad_shard);

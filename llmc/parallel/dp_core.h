@@ -137,6 +137,11 @@ typedef struct DataParallel {
     std::deque<std::function<void()>> tasks;
     std::deque<std::string> task_names;
     std::deque<BackendEvent> task_events;    // per queued task: the compute stream's event at enqueue
+    std::deque<int> task_prio;               // per queued task: its priority (lower goes first; 0 for all but dp_sched.h's chunks)
+    std::deque<long> task_ticket;            // per queued task: its ticket
+    std::vector<char> done;                  // per ticket: finished (tasks may finish out of ticket order)
+    int agree_order;              // 1: the tasks run by priority, in an order rank 0 picks and broadcasts (dp_sched.h)
+    MPI_Comm order_comm;          //    on a communicator of its own (the main thread's collectives use dp->comm's)
     std::vector<BackendEvent> spare_events;  // events of finished tasks, recorded again by later ones
     long enqueued, completed;
     int stop;
@@ -191,6 +196,36 @@ static inline void dp_give(DataParallel* dp, int cat, floatX* p, size_t n) {
 // ---------------------------------------------------------------------------------------
 // the communication thread
 
+// Which queued task runs next (called with the lock held; returns its index in the queue).
+// First come, first served, unless the tasks carry priorities (layer-wise scheduling,
+// dp_sched.h): then the lowest priority value first, the earlier ticket among equals. The
+// ranks must run the same task at the same time (a chunk is a collective), but a task may be
+// queued on one rank and not yet on another: rank 0 picks among its own and broadcasts the
+// ticket, the others wait until they have queued it too (every rank queues the same tasks in the
+// same order, so a ticket names the same task everywhere: Horovod's coordinator, in one line).
+// Preemption happens here, between chunks: a small high-priority chunk queued while a large
+// low-priority transfer is under way goes next, before the transfer's remaining chunks.
+static inline size_t dp_pick_task(DataParallel* dp, std::unique_lock<std::mutex>& lock) {
+    if (!dp->agree_order) { return 0; }
+    long ticket = 0;
+    if (dp->rank == 0) {
+        size_t best = 0;
+        for (size_t i = 1; i < dp->tasks.size(); i++) {
+            if (dp->task_prio[i] < dp->task_prio[best]) { best = i; }   // ties: the earlier ticket (queue order)
+        }
+        ticket = dp->task_ticket[best];
+    }
+    lock.unlock();   // the compute thread goes on queueing while the ranks agree
+    MPI_Bcast(&ticket, 1, MPI_LONG, 0, dp->order_comm);
+    lock.lock();
+    for (;;) {
+        for (size_t i = 0; i < dp->tasks.size(); i++) {
+            if (dp->task_ticket[i] == ticket) { return i; }
+        }
+        dp->cv.wait(lock);   // rank 0 is ahead: this rank's compute thread has not queued it yet
+    }
+}
+
 static inline void dp_thread_main(DataParallel* dp) {
 #ifdef _OPENMP
     omp_set_num_threads(dp->threads);   // a new thread starts with OMP_NUM_THREADS (or all cores), not --threads
@@ -200,6 +235,7 @@ static inline void dp_thread_main(DataParallel* dp) {
         std::function<void()> task;
         std::string name;
         BackendEvent inputs_ready;
+        long ticket;
         {
             std::unique_lock<std::mutex> lock(dp->mu);
             dp->cv.wait(lock, [dp] { return dp->stop || !dp->tasks.empty(); });
@@ -208,9 +244,16 @@ static inline void dp_thread_main(DataParallel* dp) {
                 dp->spare_events.clear();
                 return;
             }
-            task = dp->tasks.front();
-            name = dp->task_names.front();
-            inputs_ready = dp->task_events.front();
+            size_t i = dp_pick_task(dp, lock);
+            task = dp->tasks[i];
+            name = dp->task_names[i];
+            inputs_ready = dp->task_events[i];
+            ticket = dp->task_ticket[i];
+            dp->tasks.erase(dp->tasks.begin() + i);
+            dp->task_names.erase(dp->task_names.begin() + i);
+            dp->task_events.erase(dp->task_events.begin() + i);
+            dp->task_prio.erase(dp->task_prio.begin() + i);
+            dp->task_ticket.erase(dp->task_ticket.begin() + i);
         }
         double t0 = trace_now();
         // The communicator's stream (not this thread) waits until the compute stream has run the
@@ -226,11 +269,9 @@ static inline void dp_thread_main(DataParallel* dp) {
         trace_event(name.c_str(), 1, t0);
         {
             std::lock_guard<std::mutex> lock(dp->mu);
-            dp->tasks.pop_front();
-            dp->task_names.pop_front();
-            dp->task_events.pop_front();
             dp->spare_events.push_back(inputs_ready);   // the wait above is issued: free to record again
             dp->comm_seconds += dt;
+            dp->done[ticket] = 1;
             dp->completed++;
         }
         dp->cv.notify_all();
@@ -242,8 +283,8 @@ static inline void dp_thread_main(DataParallel* dp) {
 // communication thread's stream waits for it (dp_thread_main). Neither thread blocks (the
 // device-wide synchronisation this replaces stopped the compute thread for every bucket). On
 // the CPU backend the event is a no-op: the data are complete when the kernels return.
-static inline long dp_enqueue(DataParallel* dp, const char* name, std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(dp->mu);
+// (priority: lower goes first when the order is agreed by priority, dp_pick_task; else ignored)
+static inline long dp_enqueue_locked(DataParallel* dp, const char* name, std::function<void()> task, int priority) {
     BackendEvent e;
     if (dp->spare_events.empty()) {
         e = backend_event_create();
@@ -256,8 +297,15 @@ static inline long dp_enqueue(DataParallel* dp, const char* name, std::function<
     dp->task_names.push_back(name);
     dp->task_events.push_back(e);
     long ticket = ++dp->enqueued;
+    dp->task_prio.push_back(priority);
+    dp->task_ticket.push_back(ticket);
+    if (dp->done.size() <= (size_t)ticket) { dp->done.resize(2 * (size_t)ticket + 64, 0); }
     dp->cv.notify_all();
     return ticket;
+}
+static inline long dp_enqueue(DataParallel* dp, const char* name, std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(dp->mu);
+    return dp_enqueue_locked(dp, name, task, 0);
 }
 
 // Blocks until the task with this ticket has completed. No event is needed on the way back:
@@ -270,14 +318,22 @@ static inline long dp_enqueue(DataParallel* dp, const char* name, std::function<
 static inline void dp_wait(DataParallel* dp, long ticket) {
     double t0 = trace_now();
     std::unique_lock<std::mutex> lock(dp->mu);
-    if (dp->completed >= ticket) { return; }
-    dp->cv.wait(lock, [dp, ticket] { return dp->completed >= ticket; });
+    if (ticket <= 0 || dp->done[ticket]) { return; }
+    dp->cv.wait(lock, [dp, ticket] { return dp->done[ticket] != 0; });
     lock.unlock();
     double dt = trace_now() - t0;
     dp->exposed_seconds += dt;
     trace_event("wait for communication", 0, t0);
 }
-static inline void dp_wait_all(DataParallel* dp) { dp_wait(dp, dp->enqueued); }
+static inline void dp_wait_all(DataParallel* dp) {
+    double t0 = trace_now();
+    std::unique_lock<std::mutex> lock(dp->mu);
+    if (dp->completed == dp->enqueued) { return; }
+    dp->cv.wait(lock, [dp] { return dp->completed == dp->enqueued; });
+    lock.unlock();
+    dp->exposed_seconds += trace_now() - t0;
+    trace_event("wait for communication", 0, t0);
+}
 // run a collective now (enqueue + wait): all MPI calls go through the thread
 static inline void dp_run(DataParallel* dp, const char* name, std::function<void()> task) {
     dp_wait(dp, dp_enqueue(dp, name, task));
@@ -287,7 +343,9 @@ static inline void dp_run(DataParallel* dp, const char* name, std::function<void
 // collectives on floatX buffers of the DP group: our ring (counted byte for byte by the
 // transport) or the native MPI call (not counted: MPI picks its own algorithm)
 
+static inline void compress_allreduce(DataParallel* dp, floatX* buf, size_t n);   // dp_compress.h
 static inline void dp_allreduce_avg(DataParallel* dp, floatX* buf, size_t n) {
+    if (dp->compress) { compress_allreduce(dp, buf, n); return; }   // --compress: all-gather of payloads
     if (dp->use_ring) { allreduce_ring(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
     else { allreduce_native(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
 }

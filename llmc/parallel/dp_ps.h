@@ -39,7 +39,10 @@ static inline float ps_update(DataParallel* dp, float lr, float beta1, float bet
                               float grad_clip) {
     GPT2* m = dp->model;
     int S = dp->ps_servers;
-    dp_run(dp, "push gradients", [dp, m, S] { ps_push(dp->comm, m->grads_memory, dp->psi, COMM_FLOATX, COMM_AVG, S); });
+    dp_run(dp, "push gradients", [dp, m, S] {
+        if (dp->compress) { compress_ps_push(dp); }   // --compress: compressed slices (dp_compress.h)
+        else { ps_push(dp->comm, m->grads_memory, dp->psi, COMM_FLOATX, COMM_AVG, S); }
+    });
     float norm = dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);   // servers only
     dp_run(dp, "pull parameters", [dp, m, S] { ps_pull(dp->comm, m->params_memory, dp->psi, COMM_FLOATX, S); });
     return norm;

@@ -264,6 +264,9 @@ static inline double plan_sum_batches(Plan* plan, double x) {
 }
 // the mean over data-parallel (dp x cp) ranks of a per-rank mean (a step's loss)
 static inline float plan_mean(Plan* plan, float x) {
+    // no barrier (--ps-async, --staleness): no collective either; the step line shows this
+    // worker's own loss, which goes to the server with its next request (its --ps-log has the mean)
+    if (plan->use_dp && plan->dp.async) { return ps_async_note_loss(&plan->dp, x); }
     return plan->use_dp ? (float)(plan_sum(plan, x) / plan->dp.comm->size) : x;
 }
 // all-gather n floats from every data-parallel rank, in rank order (a copy on one rank); the
@@ -421,6 +424,7 @@ static inline void plan_trace_start(Plan* plan) {
 static inline void plan_report_step(Plan* plan, int step) {
     if (plan->model->moe) { moe_report_step(plan->model, plan->use_dp ? plan->dp.comm->mpi : MPI_COMM_NULL); }
     if (!plan->use_dp) { return; }
+    if (step + 1 == plan->args->steps || step + 1 == plan->args->exit_after) { dp_settle(&plan->dp); }   // nothing left in flight
     dp_report_step(&plan->dp, step, plan->args->grad_accum);
     if (plan->ntp > 1) {
         const GPT2* m = plan->model;
@@ -434,7 +438,9 @@ static inline void plan_report_step(Plan* plan, int step) {
 
 static inline void plan_print_summary(Plan* plan, int timed_steps) {
     backend_precision_report();   // --precision bf16|fp16 on the CPU: values flushed to zero, overflowed
+    if (plan->use_dp && plan->dp.async) { ps_async_summary(&plan->dp, plan->args->ps_log); }   // step rates, staleness, --ps-log
     if (!plan->use_dp || timed_steps == 0) { return; }
+    sched_print_summary(&plan->dp);   // layer-wise scheduling: when the next forward could start
     double c = plan->comm_total / timed_steps, e = plan->exposed_total / timed_steps;
     printf("communication per step (rank 0): %.1f ms, of which exposed %.1f ms (%.0f%% hidden behind compute)\n", c * 1e3,
            e * 1e3, c > 0 ? 100.0 * (1.0 - std::min(1.0, e / c)) : 0.0);
