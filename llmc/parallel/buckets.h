@@ -240,11 +240,15 @@ static inline void bucket_block_backward_begin(void* ctx, int l, BlockWeights* w
     dp_block_pointers(dp, u, bucket_grad_buffer(dp, u), grads);
     dp->block_start = trace_now();
 }
+// the compute track's event for one block's pass ("forward" or "backward"), begun at dp->block_start
+static inline void dp_trace_block(const DataParallel* dp, const char* pass, int l) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s block %d", pass, l);
+    trace_event(name, 0, dp->block_start);
+}
 static inline void bucket_block_backward_end(void* ctx, int l) {
     DataParallel* dp = (DataParallel*)ctx;
-    char name[32];
-    snprintf(name, sizeof(name), "backward block %d", l);
-    trace_event(name, 0, dp->block_start);
+    dp_trace_block(dp, "backward", l);
     bucket_unit_done(dp, dp_unit_of_layer(dp, l));
 }
 static inline void bucket_backward_end(void* ctx) {

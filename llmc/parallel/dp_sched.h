@@ -39,7 +39,8 @@
 // collective of ~log2 N alpha):
 //   ps:  bytes as the plain server: worker a (Psi - own) each way, server (N-1) a Psi/S each way
 //        messages: one per chunk and peer instead of one per server and peer: + n_c alpha
-//   ddp: 2 (N-1)/N a sum_c ceil(n_c / N) N ... (each chunk a ring all-reduce of its own)
+//   ddp: sum over chunks c of a ring all-reduce of n_c elements, ~ 2 (N-1)/N a n_c each
+//        (ddp_sched_formula_bytes: allreduce_ring_volume per chunk)
 // What priority buys (ps): the next forward starts after the root's and block 0's chunks,
 //   t_first ~ (a Psi_0 / S)(N-1) beta   instead of   (N-1) a Psi/S beta   (the whole pull),
 // with Psi_0 the parameters of the root and block 0; the rest of the pull overlaps the forward.
@@ -203,21 +204,14 @@ static inline void sched_block_forward_begin(void* ctx, int l, BlockWeights* w) 
     sched_wait_unit(dp, dp_unit_of_layer(dp, l));
     dp->block_start = trace_now();
 }
-static inline void sched_block_forward_end(void* ctx, int l) {
-    DataParallel* dp = (DataParallel*)ctx;
-    char name[32];
-    snprintf(name, sizeof(name), "forward block %d", l);
-    trace_event(name, 0, dp->block_start);
-}
+static inline void sched_block_forward_end(void* ctx, int l) { dp_trace_block((DataParallel*)ctx, "forward", l); }
 static inline void sched_block_backward_begin(void* ctx, int l, BlockWeights* w, BlockWeights* grads) {
     (void)l; (void)w; (void)grads;
     ((DataParallel*)ctx)->block_start = trace_now();
 }
 static inline void sched_block_backward_end(void* ctx, int l) {
     DataParallel* dp = (DataParallel*)ctx;
-    char name[32];
-    snprintf(name, sizeof(name), "backward block %d", l);
-    trace_event(name, 0, dp->block_start);
+    dp_trace_block(dp, "backward", l);
     sched_ps_unit_done(dp, dp_unit_of_layer(dp, l));
 }
 static inline void sched_backward_end(void* ctx) {
@@ -277,14 +271,13 @@ static inline void ps_sched_settle(DataParallel* dp) {
     dp_wait_all(dp);
     for (size_t u = 0; u < s->unit_waited.size(); u++) { s->unit_waited[u] = 1; }
 }
-static inline void ps_sched_full_model_end(DataParallel* dp) { (void)dp; }
 
 static const DPModeOps DP_MODE_PS_SCHED = {
     "parameter server, layer-wise chunks", "ps", 0,        // name, --dp-mode, --zero
     0, 1, "; parameter server push/pull in layer-wise chunks (ours: counted)",
     ps_sched_init, ps_sched_zero_grad, ps_sched_update,
     NULL,                                                 // bucket_ready: the hooks queue the chunks
-    ps_sched_settle, ps_sched_full_model_end,
+    ps_sched_settle, NULL,                                // full_model_begin: every pull in place; end: nothing
     ps_formula_bytes, ps_formula_memory,                  // the same bytes and memory as the plain server
     1,                    // owners_disjoint
 };
