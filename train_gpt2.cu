@@ -28,8 +28,9 @@ int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
     TrainArgs args;
     parse_train_args(argc, argv, &args);
+    if (args.plan) { return planner_main(&args); }   // --plan: predictions only, no step (llmc/parallel/planner.h)
     Plan plan;
-    plan_init(&plan, &argc, &argv, &args);   // MPI, the mesh, this rank's device, one voice
+    plan_init(&plan, &argc, &argv, &args);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
     Guard guard;
     guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/guard.h)
     guard_check_outputs(&args, plan.rank);   // every output path writable, before any work

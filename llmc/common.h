@@ -75,8 +75,24 @@ static inline void tmp_file_signal_handler(int sig) {
 // Remove the temporary files, print "error: <message>" (one whole line, written with one
 // write(2) so that ranks dying at once, or mpirun --tag-output, never cut it into pieces) and
 // exit(1). The one way this project reports a fatal error.
+// ---- checking without dying: the planner (llmc/parallel/planner.h) asks every check of the
+// trainer whether a mesh it has never run would pass. Inside die_trap_run, die() throws the
+// message instead of ending the process, and the planner prints it as the candidate's reason.
+struct DieTrapped { std::string message; };
+static inline int* die_trap_slot() { static thread_local int trap = 0; return &trap; }
+template <typename F> static inline std::string die_trap_run(F f) {   // "" when f passed every check
+    int* trap = die_trap_slot();
+    int before = *trap;
+    *trap = 1;
+    std::string why;
+    try { f(); } catch (const DieTrapped& e) { why = e.message; }
+    *trap = before;
+    return why;
+}
+
 __attribute__((noreturn))
 static inline void die_message(const char* message) {
+    if (*die_trap_slot()) { throw DieTrapped{message}; }
     static std::atomic<int> dying{0};
     static thread_local int in_die = 0;
     if (in_die) { _exit(1); }   // die() again while exiting (an exit handler): just go

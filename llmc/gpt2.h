@@ -237,8 +237,10 @@ static inline void gpt2_check_config(const GPT2Config* cfg) {
     gpt2_check_moe(cfg);
 }
 
-// The model as a rank at `place` holds it (gpt2_build: the whole model).
-static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
+// The model's shape as a rank at `place` holds it, no memory yet: the config, the place, the
+// parameter tables, the ops (and the MoE's routing state). The planner (llmc/parallel/planner.h)
+// stops here and asks the formulas; gpt2_build_shard goes on to allocate.
+static inline void gpt2_shape_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
     memset(model, 0, sizeof(*model));
     gpt2_check_config(cfg);
     gpt2_place_check(place, cfg);
@@ -249,6 +251,13 @@ static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GP
     fill_param_table(model->param_info, cfg, place);
     model->num_parameters_full = param_table_total(model->full_info);
     model->num_parameters = param_table_total(model->param_info);
+    model->ops = gpt2_default_ops();
+    if (gpt2_is_moe(cfg)) { model->moe = moe_create(cfg, place); }
+}
+
+// The model as a rank at `place` holds it (gpt2_build: the whole model).
+static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
+    gpt2_shape_shard(model, cfg, place);
     size_t bytes = model->num_parameters * sizeof(floatX);
     model->params_memory = (floatX*)device_malloc(bytes);
     model->grads_memory = (floatX*)device_malloc(bytes);
@@ -257,8 +266,6 @@ static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GP
     point_parameters(&model->grads, model->grads_memory, model->param_info);
     model->norm_squared = (float*)device_malloc(sizeof(float));
     model->loss_scale = 1.0f;
-    model->ops = gpt2_default_ops();
-    if (gpt2_is_moe(cfg)) { model->moe = moe_create(cfg, place); }
 }
 static inline void gpt2_build(GPT2* model, const GPT2Config* cfg) {
     GPT2Place whole = gpt2_place_whole(cfg);
@@ -309,8 +316,10 @@ static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) 
     return attention_state_size(B, T, NH);
 }
 
-// Activations for `slots` micro-batches of up to B x T tokens each (T <= max_seq_len).
-static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, int slots) {
+// Activations for `slots` micro-batches of up to B x T tokens each (T <= max_seq_len). With
+// dry = 1 nothing is allocated: only acts_bytes and acts_requested are set, the figures the
+// memory tables print (the planner's dry model, llmc/parallel/planner.h).
+static inline void gpt2_activations_slots(GPT2* model, int B, int T, int slots, int dry) {
     const GPT2Config* c = &model->config;
     if (T > c->max_seq_len) { die("sequence length %d exceeds the model's maximum %d", T, c->max_seq_len); }
     if (B <= 0 || T <= 0) { die("batch (%d) and sequence length (%d) must be positive", B, T); }
@@ -397,6 +406,14 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     }
     size_t total = 0, requested = 0;
     for (const Buf& t : tensors) { total += ceil_div(t.count * t.elsize, 64) * 64; requested += t.count * t.elsize; }
+    if (dry) {
+        model->acts_bytes = total;
+        model->acts_requested = requested;
+        model->max_B = B;
+        model->max_T = T;
+        model->num_slots = slots;
+        return;
+    }
     if (model->acts_memory) { device_free(model->acts_memory); free(model->losses_host); }
     model->acts_memory = device_malloc(total);
     model->acts_bytes = total;
@@ -416,6 +433,9 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     model->num_slots = slots;
     // the MoE blocks' routing and expert activations: their own buffers (llmc/moe.h), sized by capacity
     if (model->moe) { moe_allocate(model->moe, c, &model->place, B, T, slots, (int)H); }
+}
+static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, int slots) {
+    gpt2_activations_slots(model, B, T, slots, 0);
 }
 static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_allocate_activations_slots(model, B, T, 1); }
 

@@ -88,9 +88,19 @@ typedef struct {
     const char* ps_log;         // the asynchronous server's log: one line per applied update (NULL: none)
     const char* compress;       // none, topk:R, randk:R, qsgd:B or sign (llmc/parallel/dp_compress.h)
     const char* error_feedback; // on or off: keep what compression did not send for the next step
+    // the planner (llmc/parallel/planner.h, doc/choosing-a-strategy.md)
+    const char* plan;           // all: rank every mesh for --devices; this: the flags' own mesh, every rank's figures (NULL: train)
+    const char* mesh;           // auto: the planner picks the mesh for the ranks mpirun started (NULL: the flags' mesh)
+    int devices, per_node;      // --plan: devices, and devices per node (0: the machine's)
+    const char* machine;        // h100 or cpu: memory, peak FLOP/s and links (NULL: the build's: cpu or h100)
+    float device_mem, peak_tflops, efficiency;   // GiB, TFLOP/s per device, share of the peak reached (< 0: the machine's)
+    const char* links;          // a file of measured alpha-beta values for the links (collbench), instead of the machine's
+    int plan_top;               // --plan all: rows of the ranked table
+    const char* plan_check;     // write every rank's measured memory and bytes per communicator here (the planner's test)
 } TrainArgs;
 
 static inline void train_args_check_ps(TrainArgs* a);
+static inline void train_args_check(TrainArgs* a);
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     die_set_rank_from_launcher();   // a bad flag under mpirun: "error: [rank R] ..." before MPI starts
@@ -119,6 +129,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     a->loss_scale = "off"; a->loss_scale_init = 65536.0f; a->loss_scale_window = 200;
     a->fp8 = "off"; a->fp8_history = 16; a->recompute = "none";
     a->comm_order = "fifo"; a->staleness_bound = -1; a->compress = "none"; a->error_feedback = "on";
+    a->device_mem = -1.0f; a->peak_tflops = -1.0f; a->efficiency = -1.0f; a->plan_top = 12;
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
@@ -214,11 +225,27 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"compress", ARG_STRING, &a->compress, "gradient compression (--dp-mode naive, ddp or ps): none, topk:R, randk:R (R in (0,1]), qsgd:B (B in 1..16 bits) or sign"},
         {"error-feedback", ARG_STRING, &a->error_feedback, "with --compress: on (keep what was not sent for the next step) or off"},
         {"qgz", ARG_INT, &a->qgz, "ZeRO++ qgZ (with --zero 3): gradients reduce-scattered as 4- or 8-bit blocks over all-to-all, 0 = off"},
+        {"plan", ARG_STRING, &a->plan, "the planner, no training: all (every mesh for --devices, ranked) or this (the flags' mesh: every rank's memory and bytes)"},
+        {"mesh", ARG_STRING, &a->mesh, "auto: the planner picks dp, tp, pp, cp, ZeRO, schedule, recomputation and micro-batches for the ranks started"},
+        {"devices", ARG_INT, &a->devices, "--plan all: the number of devices to plan for (default 8)"},
+        {"per-node", ARG_INT, &a->per_node, "planner: devices per node (0: the machine's, 8 for h100)"},
+        {"machine", ARG_STRING, &a->machine, "planner: h100 (SXM nodes: 80 GiB, 989 TFLOP/s bf16, NVLink + 400 Gb/s) or cpu (this machine)"},
+        {"device-mem", ARG_FLOAT, &a->device_mem, "planner: memory per device in GiB (default: the machine's)"},
+        {"peak-tflops", ARG_FLOAT, &a->peak_tflops, "planner: peak TFLOP/s per device (default: the machine's)"},
+        {"efficiency", ARG_FLOAT, &a->efficiency, "planner: the share of the peak the kernels reach (default: the machine's; calibrate from one run)"},
+        {"links", ARG_STRING, &a->links, "planner: file of 'intra|inter ALPHA_US GB_PER_S' lines (measured with collbench) for the links"},
+        {"plan-top", ARG_INT, &a->plan_top, "--plan all: rows of the ranked table"},
+        {"plan-check", ARG_STRING, &a->plan_check, "write every rank's measured memory per category and bytes per communicator (of the second step) to this file"},
         {"fault", ARG_STRING, &a->fault, "tests only: inject a fault in step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP (before it), stall:RANK:STEP (inside it), kill:RANK:STEP"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
-    // checks that need no file
+    train_args_check(a);
+}
+
+// Every check that needs no file, on flags already parsed: the trainer runs it once; the planner
+// (llmc/parallel/planner.h) runs it on each candidate's flags, under die_trap_run
+static inline void train_args_check(TrainArgs* a) {
     struct { const char* name; int value; } positive[] = {
         {"batch", a->batch}, {"seq", a->seq}, {"grad-accum", a->grad_accum}, {"steps", a->steps},
         {"eval-batches", a->eval_batches}};
@@ -354,6 +381,16 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         die("--qwz, --hpz and --qgz are ZeRO++: they change ZeRO-3's collectives and need --zero 3 (got --zero %d)", a->zero);
     }
     train_args_check_ps(a);   // the parameter server's optimisations (below)
+    if (a->plan && strcmp(a->plan, "all") != 0 && strcmp(a->plan, "this") != 0) { die("--plan must be all or this, got '%s'", a->plan); }
+    if (a->mesh && strcmp(a->mesh, "auto") != 0) { die("--mesh must be auto (or left out: the mesh of --dp/--tp/--pp/--cp), got '%s'", a->mesh); }
+    if (a->mesh && (a->dp || a->tp > 1 || a->pp > 1 || a->cp > 1 || a->ep > 1 || a->sp || a->zero)) {
+        die("--mesh auto chooses --dp, --tp, --pp, --cp, --ep, --sp and --zero itself: drop them");
+    }
+    if (a->machine && strcmp(a->machine, "h100") != 0 && strcmp(a->machine, "cpu") != 0) { die("--machine must be h100 or cpu, got '%s'", a->machine); }
+    if (a->devices < 0 || a->per_node < 0 || a->plan_top < 1) { die("--devices and --per-node must be >= 0, --plan-top >= 1"); }
+    if (a->device_mem != -1.0f && !(a->device_mem > 0)) { die("--device-mem must be a positive number of GiB, got %g", a->device_mem); }
+    if (a->peak_tflops != -1.0f && !(a->peak_tflops > 0)) { die("--peak-tflops must be positive, got %g", a->peak_tflops); }
+    if (a->efficiency != -1.0f && !(a->efficiency > 0 && a->efficiency <= 1)) { die("--efficiency must be in (0, 1], got %g", a->efficiency); }
     if (a->save_state_every > 0 && !a->save_state) { die("--save-state-every %d needs --save-state DIR", a->save_state_every); }
     if (a->exit_after > 0 && a->exit_after >= a->steps) { die("--exit-after %d must be below --steps %d", a->exit_after, a->steps); }
     if (a->exit_after > 0 && !a->save_state) { die("--exit-after %d stops the run to continue it later: add --save-state DIR", a->exit_after); }
@@ -468,16 +505,17 @@ static inline void train_args_check_ps(TrainArgs* a) {
 // the shape is known.
 typedef GPT2Place (*PlaceFn)(void* ctx, const GPT2Config* cfg);
 
-static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place, void* ctx) {
+// The model's shape the flags ask for (every check of them): a checkpoint's (--load; *version
+// its format) or a preset's with overrides. The planner (llmc/parallel/planner.h) needs no more.
+static inline GPT2Config gpt2_config_from_args(const TrainArgs* a, int* version) {
     if (a->load) {
         if (a->layers || a->heads || a->channels || a->max_seq || a->vocab) {
             die("--load takes the model's shape from the checkpoint: drop --layers/--heads/--channels/--max-seq/--vocab");
         }
-        int version;
-        GPT2Config c = gpt2_read_checkpoint_config(a->load, &version);
+        GPT2Config c = gpt2_read_checkpoint_config(a->load, version);
         if (a->moe_experts > 0 && !gpt2_is_moe(&c)) {
             die("--load '%s' is a dense checkpoint (version %d): --moe-experts %d does not apply; drop it, or start a new MoE "
-                "model with --model", a->load, version, a->moe_experts);
+                "model with --model", a->load, *version, a->moe_experts);
         }
         if (a->moe_experts > 0 && (a->moe_experts != c.num_experts || a->moe_topk != c.moe_topk || a->moe_every != c.moe_every)) {
             die("--load '%s' holds %d experts, top-%d, every %d blocks: --moe-experts %d --moe-topk %d --moe-every %d do not "
@@ -490,10 +528,9 @@ static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place
         if (a->ep > 1 && c.num_experts % a->ep != 0) {
             die("--ep %d does not divide the %d experts of '%s'", a->ep, c.num_experts, a->load);
         }
-        GPT2Place p = place(ctx, &c);
-        gpt2_load_checkpoint_config(model, a->load, &p, &c, version);
-        return;
+        return c;
     }
+    *version = 0;
     GPT2Config cfg;
     if (!gpt2_config_preset(a->model, &cfg)) {
         die("unknown --model '%s' (expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl)", a->model);
@@ -513,7 +550,17 @@ static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place
         die("--ep %d splits the experts of a mixture of experts: add --moe-experts E", a->ep);
     }
     gpt2_check_config(&cfg);
+    return cfg;
+}
+
+static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place, void* ctx) {
+    int version;
+    GPT2Config cfg = gpt2_config_from_args(a, &version);
     GPT2Place p = place(ctx, &cfg);
+    if (a->load) {
+        gpt2_load_checkpoint_config(model, a->load, &p, &cfg, version);
+        return;
+    }
     gpt2_build_shard(model, &cfg, &p);
     gpt2_init_random(model, (uint64_t)a->seed);
 }

@@ -63,6 +63,7 @@ suite errors        full 1 bash test/test_errors.sh
 suite failures      full 2 bash test/test_failures.sh
 suite mixed-precision full 2 bash test/test_mixed_precision.sh
 suite ps-async      full 1 bash test/test_ps_async.sh
+suite planner       full 1 bash test/test_planner.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-pp 25, emu-lab 25.

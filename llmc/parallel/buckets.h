@@ -132,14 +132,37 @@ static inline void dp_copy_range(const Bucket* b, floatX* flat, floatX* packed, 
 //   optimizer    m, v (and master weights) of the range this rank updates: the whole bucket
 //                (0), or its block (1-3)
 // and the segments the update walks. The model's flat gradient buffer goes.
+static inline void buckets_layout(DataParallel* dp, int stage) { dp_build_layout(dp, stage == 3); }   // ZeRO-3: a bucket per unit
+
+// the range of a bucket this rank updates: the whole bucket (DDP) or its block (ZeRO-1/2/3)
+static inline void bucket_owned(const DataParallel* dp, const Bucket* b, int stage, size_t* lo, size_t* n, size_t* hi) {
+    *lo = stage >= 1 ? (size_t)dp->rank * b->shard : 0;
+    *n = stage >= 1 ? b->shard : b->count;
+    *hi = std::min(*lo + *n, b->count);
+}
+
+// layernorm gradient elements of the owned ranges: what sequence parallelism completes over the
+// tp group before an update (the sum of plan_norm_elems' segments, from the layout alone)
+static inline size_t buckets_norm_elems(const DataParallel* dp, int stage) {
+    size_t total = 0;
+    for (const Bucket& b : dp->buckets) {
+        size_t lo, n, hi;
+        bucket_owned(dp, &b, stage, &lo, &n, &hi);
+        for (const Slice& s : b.slices) {
+            size_t x = std::max(lo, s.packed), e = std::min(hi, s.packed + s.count);
+            if (x < e && dp->model->param_info[s.tensor].norm) { total += e - x; }
+        }
+    }
+    return total;
+}
+
 static inline void buckets_init(DataParallel* dp, int stage) {
     GPT2* model = dp->model;
     size_t a = sizeof(floatX);
-    dp_build_layout(dp, stage == 3);
+    buckets_layout(dp, stage);
     for (Bucket& b : dp->buckets) {
-        size_t lo = stage >= 1 ? (size_t)dp->rank * b.shard : 0;
-        size_t n = stage >= 1 ? b.shard : b.count;
-        size_t hi = std::min(lo + n, b.count);
+        size_t lo, n, hi;
+        bucket_owned(dp, &b, stage, &lo, &n, &hi);
         if (stage <= 1) {
             b.grad = (floatX*)dp_alloc(dp, MEM_GRADS, b.padded * a);
             device_memset_zero(b.grad, b.padded * a);

@@ -143,6 +143,15 @@ static inline void cp_check(const GPT2* model, int cp, CPAlgo algo, int zigzag, 
     }
 }
 
+// the model's attention entry becomes the cp op (its state has its own size: the activations
+// are sized again after this)
+static inline void cp_install_op(ContextParallel* cp, GPT2* model) {
+    model->ops.attention.ctx = cp;
+    model->ops.attention.state_size = cp_state_size;
+    model->ops.attention.forward = cp->algo == CP_ALLTOALL ? cp_a2a_forward : cp_merge_forward;
+    model->ops.attention.backward = cp->algo == CP_ALLTOALL ? cp_a2a_backward : cp_merge_backward;
+}
+
 // The op installed in the model: its positions, its attention entry, the activations again (the
 // state the op saves has its own size)
 static inline void cp_init(ContextParallel* cp, GPT2* model, Comm* comm, CPAlgo algo, int zigzag, int T, int use_ring) {
@@ -162,10 +171,7 @@ static inline void cp_init(ContextParallel* cp, GPT2* model, Comm* comm, CPAlgo 
     cp->positions = (int*)device_malloc(pos.size() * sizeof(int));
     copy_host_to_device(cp->positions, pos.data(), pos.size() * sizeof(int));
     model->positions = cp->positions;
-    model->ops.attention.ctx = cp;
-    model->ops.attention.state_size = cp_state_size;
-    model->ops.attention.forward = cp->algo == CP_ALLTOALL ? cp_a2a_forward : cp_merge_forward;
-    model->ops.attention.backward = cp->algo == CP_ALLTOALL ? cp_a2a_backward : cp_merge_backward;
+    cp_install_op(cp, model);
     gpt2_allocate_activations_slots(model, model->max_B, model->max_T, model->num_slots);
 }
 

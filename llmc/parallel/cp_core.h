@@ -143,19 +143,27 @@ static inline int cp_prev(const ContextParallel* cp) { return (cp->rank + cp->cp
 // The group, the split and the scratch for micro-batches of up to B sequences, attention of C
 // channels and NH heads on this rank (tp's share): what the op needs (test/test_cp_attention.cu
 // drives the op with this alone).
-static inline void cp_setup(ContextParallel* cp, Comm* comm, CPAlgo algo, int zigzag, int T, int B, int C, int NH, int use_ring) {
-    cp->comm = comm;
-    cp->cp = comm->size;
-    cp->rank = comm->rank;
+// the split alone (rank `rank` of p), no communicator, no memory: what the formulas read; the
+// planner (llmc/parallel/planner.h) stops here
+static inline void cp_shape(ContextParallel* cp, int p, int rank, CPAlgo algo, int zigzag, int T) {
+    cp->comm = NULL;
+    cp->cp = p;
+    cp->rank = rank;
     cp->algo = algo;
     cp->zigzag = zigzag;
-    cp->use_ring = use_ring;
+    cp->use_ring = 1;
     cp->model = NULL;
     cp->positions = NULL;
     cp->T = T;
     cp->Tl = T / cp->cp;
     cp->nseg = zigzag ? 2 : 1;
     cp->L = cp->Tl / cp->nseg;
+}
+
+static inline void cp_setup(ContextParallel* cp, Comm* comm, CPAlgo algo, int zigzag, int T, int B, int C, int NH, int use_ring) {
+    cp_shape(cp, comm->size, comm->rank, algo, zigzag, T);
+    cp->comm = comm;
+    cp->use_ring = use_ring;
     int Tl = cp->Tl;
     size_t E = (size_t)B * Tl * C, lseN = (size_t)B * NH * Tl;
     struct Buf { void** ptr; size_t bytes; };

@@ -73,10 +73,13 @@ static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
 // Collective over `comm` (the data-parallel group): allocates what the mode keeps, replaces the
 // model's buffers it shards, installs the mode's hooks in the model's chain, and starts the
 // communication thread.
-static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPConfig* cfg) {
+// The fields the formulas read (dp_formula_memory, dp_formula_bytes) for rank `rank` of N, no
+// memory, no thread: dp_init starts here, and the planner (llmc/parallel/planner.h) stops here
+// (plus the buckets' layout, buckets_layout).
+static inline void dp_shape(DataParallel* dp, GPT2* model, int N, int rank, const DPConfig* cfg) {
     const DPModeOps* ops = dp_mode_find(cfg);
-    if (strcmp(cfg->mode, "ps") == 0 && cfg->ps_servers > comm->size) {
-        die("--ps-servers %d: at most the %d data-parallel ranks can be servers", cfg->ps_servers, comm->size);
+    if (strcmp(cfg->mode, "ps") == 0 && cfg->ps_servers > N) {
+        die("--ps-servers %d: at most the %d data-parallel ranks can be servers", cfg->ps_servers, N);
     }
     memset(dp->mem_live, 0, sizeof(dp->mem_live));
     memset(dp->mem_peak, 0, sizeof(dp->mem_peak));
@@ -102,9 +105,9 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->use_ring = cfg->use_ring;
     dp->ps_servers = cfg->ps_servers;
     dp->bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0);
-    dp->comm = comm;
-    dp->N = comm->size;
-    dp->rank = comm->rank;
+    dp->comm = NULL;
+    dp->N = N;
+    dp->rank = rank;
     dp->model = model;
     dp->shards = cfg->shards;
     dp->root_deferred = cfg->defer_root;
@@ -118,6 +121,11 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->sched = NULL;
     dp->async = NULL;
     dp->compress = NULL;
+}
+
+static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPConfig* cfg) {
+    dp_shape(dp, model, comm->size, comm->rank, cfg);
+    dp->comm = comm;
     dp->threads = backend_num_threads();
     dp->thread = std::thread(dp_thread_main, dp);
     // the model's own buffers count too

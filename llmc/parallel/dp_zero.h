@@ -98,7 +98,13 @@ static inline uint64_t zero1_formula_bytes(const DataParallel* dp, int micro) {
     return 2 * buckets_ring_share(dp);   // RS + AG, once per step
 }
 static inline uint64_t zero2_formula_bytes(const DataParallel* dp, int micro) {
-    return (uint64_t)micro * buckets_ring_share(dp) + buckets_ring_share(dp);   // RS per micro-step, one AG
+    // RS per micro-step, one AG; a pipeline's root bucket (a bucket of its own: the tied wte waits
+    // for the embedding group's sum, dp_root_done) is reduce-scattered once, after the last micro-batch
+    uint64_t once = 0;
+    if (dp->root_deferred && dp->root_unit >= 0) {
+        once = (uint64_t)(dp->N - 1) * (dp->buckets[dp->unit_bucket[dp->root_unit]].padded / dp->N) * sizeof(floatX);
+    }
+    return (uint64_t)micro * (buckets_ring_share(dp) - once) + once + buckets_ring_share(dp);
 }
 static inline void zero1_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) {
     size_t a = sizeof(floatX);

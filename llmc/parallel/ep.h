@@ -209,6 +209,27 @@ static inline void ep_free(ExpertParallel* ep) {
     comm_free(&ep->edp);
 }
 
+// ---- the formulas (the trainer prints them beside what it counted; the planner, llmc/parallel/planner.h, predicts with them)
+
+// the expert parameters a rank holds: Lm E/ep experts of 8 C^2/tp + 4 C/tp + C
+static inline size_t ep_formula_expert_params(const GPT2Config* c, const GPT2Place* pl) {
+    return (size_t)gpt2_moe_layers(c) * (c->num_experts / pl->ep) * moe_expert_params(c, pl->tp);
+}
+// their state: gradients (a bytes), m and v (fp32), the master weights where the backend keeps them
+static inline size_t ep_formula_state_bytes(size_t count) {
+    return count * (sizeof(floatX) + 8) + (BACKEND_MASTER_WEIGHTS ? count * 4 : 0);
+}
+// the expert gradients' all-reduce over the edp ranks (ring), rank edp_rank of edp
+static inline uint64_t ep_formula_edp_bytes(size_t count, int edp, int edp_rank) {
+    return edp > 1 ? allreduce_ring_volume(count, COMM_FLOATX, edp, edp_rank).bytes : 0;
+}
+// the all-to-all of a step with `pairs` (token, choice) pairs on this rank, balanced routing and
+// nothing dropped: each pair leaves with probability (ep-1)/ep, in 4 exchanges of C values. Exact
+// when every token goes to every expert (k = E, capacity >= 1): then (ep-1)/ep of them leave.
+static inline double ep_formula_balanced_bytes(size_t C, double pairs, int ep) {
+    return 4.0 * sizeof(floatX) * C * pairs * (ep - 1) / ep;
+}
+
 // ---- what the trainer prints
 
 // parameters of the rank: dense (replicated over dp) and expert (E/ep experts of each MoE block)
@@ -216,7 +237,7 @@ static inline void ep_print_plan(const ExpertParallel* ep) {
     const GPT2* m = ep->model;
     const GPT2Config* c = &m->config;
     size_t a = sizeof(floatX);
-    size_t formula = (size_t)gpt2_moe_layers(c) * (c->num_experts / ep->ep) * moe_expert_params(c, m->place.tp);
+    size_t formula = ep_formula_expert_params(c, &m->place);
     printf("expert parallel ep %d (ep groups of consecutive dp ranks, edp %d replicas of each expert): this rank holds experts "
            "[%d, %d) of %d\n", ep->ep, ep->edp.size, ep->rank * c->num_experts / ep->ep, (ep->rank + 1) * c->num_experts / ep->ep,
            c->num_experts);
@@ -234,9 +255,8 @@ static inline void ep_report_step(const ExpertParallel* ep) {
     size_t a = sizeof(floatX), C = (size_t)m->config.channels;
     uint64_t sent = ep->comm.bytes_sent - ep->step_start, want = m->moe->step_rows_remote * C * a;
     uint64_t edp_sent = ep->edp.bytes_sent - ep->edp_start;
-    uint64_t edp_want = ep->edp.size > 1 ? allreduce_ring_volume(ep->count, COMM_FLOATX, ep->edp.size, ep->edp.rank).bytes : 0;
-    // balanced routing, nothing dropped: every pair leaves with probability (ep-1)/ep, 4 exchanges
-    double balanced = 4.0 * a * C * (double)m->moe->step_pairs * (ep->ep - 1) / ep->ep;
+    uint64_t edp_want = ep_formula_edp_bytes(ep->count, ep->edp.size, ep->edp.rank);
+    double balanced = ep_formula_balanced_bytes(C, (double)m->moe->step_pairs, ep->ep);
     if (ep->use_ring) {
         printf("  ep comm | all-to-all sent %9.3f MiB (formula 2 a C (rows out + rows in) %9.3f MiB, %s; balanced "
                "%9.3f MiB) | edp all-reduce %9.3f MiB (formula %9.3f MiB, %s) | %.1f ms\n", sent / 1048576.0, want / 1048576.0,

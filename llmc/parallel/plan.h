@@ -32,6 +32,7 @@
 #include "cp.h"
 #include "ep.h"
 #include "../fp8.h"
+#include "planner.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -54,6 +55,7 @@ typedef struct {
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
+    size_t mem_start[MEM_NCAT];         // the data-parallel memory table's measured figures (for --plan-check)
 } Plan;
 
 // Flags that need the data-parallel layer even on one rank
@@ -61,7 +63,7 @@ static inline int plan_wants_dp(const TrainArgs* a) {
     return a->dp > 1 || a->zero > 0 || strcmp(a->dp_mode, "ddp") != 0 || a->offload;
 }
 
-static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArgs* args) {
+static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* args) {
     // (no memset: DataParallel holds C++ members, a thread and queues, already constructed)
     plan->args = args;
     plan->model = NULL;
@@ -95,7 +97,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     // So do the parameter server's scheduled chunks (the next forward runs while parameters
     // arrive) and its asynchronous server (a thread of rank 0).
     int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1 || args->comm_timeout > 0   // (+ the watchdog: llmc/guard.h)
-                || args->comm_chunk_kb > 0 || args->ps_async || args->staleness_bound >= 0;
+                || args->comm_chunk_kb > 0 || args->ps_async || args->staleness_bound >= 0
+                || args->mesh;   // --mesh auto: any of them may be chosen
     int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
     MPI_Init_thread(argc, argv, need, &provided);
     if (provided < need) {
@@ -106,7 +109,18 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
     plan->rank = plan->world.rank;
     die_set_rank(plan->world.rank, plan->world.size);   // errors from here on: "error: [rank R] ..."
     plan->world_size = plan->world.size;
+    if (plan->rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
+        if (!freopen("/dev/null", "w", stdout)) { die("cannot silence stdout on rank %d", plan->rank); }
+    }
+    if (args->mesh) {   // --mesh auto: the planner's best for these ranks (every rank computes the same)
+        planner_choose(args, plan->world_size);
+        plan->ntp = args->tp;
+        plan->npp = args->pp;
+        plan->ncp = args->cp;
+        plan->nep = args->ep;
+    }
     plan->use_dp = plan->world_size > 1 || plan_wants_dp(args);
+    if (args->plan_check && !plan->use_dp) { die("--plan-check compares a run of several ranks with the planner: start it with mpirun -np N"); }
     int model_ranks = args->tp * args->pp * args->cp;
     if (plan->world_size % model_ranks != 0) {
         die("--tp %d x --pp %d x --cp %d = %d does not divide the %d ranks mpirun started", args->tp, args->pp, args->cp,
@@ -145,9 +159,6 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
         if (args->cp > 1) { comm_enable_device(&plan->mesh.dim[MESH_CP], 0, 1); }
 #endif
     }
-    if (plan->rank != 0) {   // one voice: rank 0 prints; errors still reach stderr from every rank
-        if (!freopen("/dev/null", "w", stdout)) { die("cannot silence stdout on rank %d", plan->rank); }
-    }
 #ifdef _OPENMP
     if (args->threads > 0) { omp_set_num_threads(args->threads); }
 #endif
@@ -160,22 +171,8 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, const TrainArg
 // names what does not divide), so every rank reports a model that does not split.
 static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
     Plan* plan = (Plan*)ctx;
-    GPT2Place p = gpt2_place_whole(cfg);
-    if (plan->ntp > 1) {
-        p.tp = plan->ntp;
-        p.tp_rank = plan->mesh.coord[MESH_TP];
-        p.sp = plan->args->sp;
-    }
-    if (plan->npp > 1) {   // the stage's layers (and chunks), the embedding first, the head last
-        const int* split = plan->pp_split.empty() ? NULL : plan->pp_split.data();
-        pp_check_layers(cfg->num_layers, plan->npp, plan->args->pp_chunks, split, (int)plan->pp_split.size());
-        pp_stage_place(&p, cfg->num_layers, plan->npp, plan->args->pp_chunks, split, plan->mesh.coord[MESH_PP]);
-    }
-    if (plan->nep > 1) {   // ep groups of consecutive dp ranks: rank j of a group holds experts [j E/ep, ...)
-        p.ep = plan->nep;
-        p.ep_rank = plan->mesh.coord[MESH_DP] % plan->nep;
-    }
-    return p;
+    if (!plan->use_dp) { return gpt2_place_whole(cfg); }   // one rank: the whole model
+    return place_at(plan->args, cfg, plan->mesh.size, plan->mesh.coord, plan->pp_split);   // (llmc/parallel/planner.h)
 }
 
 // The tokens per sequence this rank's activations hold: T, or T/cp with context parallelism.
@@ -196,11 +193,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "ring") == 0;
-    DPConfig cfg = {a->dp_mode, a->zero, a->offload, use_ring, a->ps_servers, a->bucket_mb, ShardGroup{}, 0, a->ep > 1,
-                    a->qwz, a->hpz, a->qgz,   // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
-                    a->comm_chunk_kb, strcmp(a->comm_order, "priority") == 0,   // layer-wise scheduling (dp_sched.h)
-                    a->ps_async, a->staleness_bound,                            // (a)synchronous server (dp_ps_async.h)
-                    a->compress, strcmp(a->error_feedback, "on") == 0};         // compression (dp_compress.h)
+    DPConfig cfg = dp_config_from_args(a, 0, a->ep > 1);   // (llmc/parallel/planner.h: the planner's dry ranks use it too)
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
@@ -218,6 +211,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     }
     if (plan->ncp > 1) { plan->step = cp_step(&plan->cp, plan->step); }   // each rank's part of every sequence
     dp_init(&plan->dp, model, &plan->mesh.dp_cp, &cfg);   // gradients averaged over dp x cp
+    memcpy(plan->mem_start, plan->dp.mem_live, sizeof(plan->mem_start));
     if (plan->nep > 1) { ep_init(&plan->ep, model, &plan->mesh.dp_cp, &plan->dp, use_ring); }   // the experts' own group
     if (plan->npp > 1) {   // the tied wte's gradient is reduced over the replicas after the embedding group's sum
         plan->pp.dp = &plan->dp;
@@ -420,6 +414,53 @@ static inline void plan_trace_start(Plan* plan) {
     trace_start();
 }
 
+// --plan-check FILE: what this rank measured, in the planner's categories (llmc/parallel/planner.h):
+// the data-parallel memory table's figures at the start (the model's own buffers with one rank
+// and no data-parallel layer), the expert state, and the bytes each communicator counted in the
+// step just reported. Rank 0 gathers every rank's and writes one line per rank.
+static inline RankFigures plan_measured(const Plan* plan) {
+    RankFigures f;
+    memset(&f, 0, sizeof(f));
+    const GPT2* m = plan->model;
+    size_t a = sizeof(floatX);
+    if (plan->use_dp) {
+        f.mem[FIG_PARAMS] = plan->mem_start[MEM_PARAMS];
+        f.mem[FIG_GRADS] = plan->mem_start[MEM_GRADS];
+        f.mem[FIG_MASTER] = plan->mem_start[MEM_MASTER];
+        f.mem[FIG_OPTIM] = plan->mem_start[MEM_OPTIM];
+        f.mem[FIG_ACTS] = plan->mem_start[MEM_ACTS];
+        f.bytes[FIG_DP] = dp_step_bytes(&plan->dp);
+    } else {
+        f.mem[FIG_PARAMS] = f.mem[FIG_GRADS] = m->num_parameters * a;
+        f.mem[FIG_MASTER] = m->master_memory ? m->num_parameters * 4 : 0;
+        f.mem[FIG_OPTIM] = m->m_memory ? m->num_parameters * 8 : 0;
+        f.mem[FIG_ACTS] = m->acts_bytes;
+    }
+    if (plan->ntp > 1) { f.bytes[FIG_TP] = tp_step_bytes(&plan->tp); }
+    if (plan->npp > 1) {
+        f.bytes[FIG_PP] = plan->pp.comm->bytes_sent - plan->pp.bytes_start;
+        f.bytes[FIG_PP_EMBED] = plan->pp.embed.bytes_sent - plan->pp.embed_bytes_start;
+    }
+    if (plan->ncp > 1) { f.bytes[FIG_CP] = plan->cp.comm->bytes_sent - plan->cp.step_bytes_start; }
+    if (plan->nep > 1) {
+        f.mem[FIG_EXPERTS] = plan->ep.count * a + plan->ep.bytes_state;
+        f.bytes[FIG_EP] = plan->ep.comm.bytes_sent - plan->ep.step_start;
+        f.bytes[FIG_EDP] = plan->ep.edp.bytes_sent - plan->ep.edp_start;
+    }
+    return f;
+}
+static inline void plan_write_check(const Plan* plan, const char* path) {
+    RankFigures mine = plan_measured(plan);
+    std::vector<RankFigures> all(plan->world_size);
+    MPI_Gather(&mine, (int)sizeof(mine), MPI_BYTE, all.data(), (int)sizeof(mine), MPI_BYTE, 0, plan->world.mpi);
+    if (plan->rank != 0) { return; }
+    std::string tmp;
+    FILE* f = fopen_tmp_for_write(path, &tmp);
+    for (int r = 0; r < plan->world_size; r++) { figures_print(f, r, &all[r]); }
+    fclose_and_rename(f, tmp, path);
+    printf("plan check   every rank's memory and bytes of step %d written to %s\n", plan->args->steps > 1 ? 2 : 1, path);
+}
+
 // after each step's line: the communication it did
 static inline void plan_report_step(Plan* plan, int step) {
     if (plan->model->moe) { moe_report_step(plan->model, plan->use_dp ? plan->dp.comm->mpi : MPI_COMM_NULL); }
@@ -433,6 +474,7 @@ static inline void plan_report_step(Plan* plan, int step) {
     if (plan->npp > 1) { pp_report_step(&plan->pp, plan->model->max_B, plan->model->max_T); }
     if (plan->ncp > 1) { cp_report_step(&plan->cp, plan->args->grad_accum, plan->model->max_B); }
     if (plan->nep > 1) { ep_report_step(&plan->ep); }
+    if (plan->args->plan_check && step == std::min(1, plan->args->steps - 1)) { plan_write_check(plan, plan->args->plan_check); }
     if (step > 0) { plan->comm_total += plan->dp.comm_seconds; plan->exposed_total += plan->dp.exposed_seconds; }
 }
 

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The planner (llmc/parallel/planner.h) against the trainer, on CPU ranks:
+#   - for 16 meshes (dp with ZeRO 0-3, tp with and without SP, pp with gpipe, 1f1b, interleaved
+#     and zb-h1, cp ring and all-to-all, ep, recomputation, 3D dp x pp x tp and 4D
+#     dp x pp x cp x tp): `--plan this` (one process, no step run) predicts every rank's memory
+#     per category and bytes per step per communicator; the run with --plan-check measures them
+#     (the data-parallel memory table's allocator counts, the communicators' counted bytes of
+#     step 2); the two files must be equal, every rank, every figure;
+#   - the comparison can fail: planners built from perturbed copies of llmc/ (ZeRO-2's gradient
+#     row of the memory table, the pipeline's bytes formula) must differ from the measured files
+#     (PLANNER_PERTURB=0 skips this part, about a minute);
+#   - --mesh auto on 8 ranks, for two model sizes (the second with a memory limit that rules
+#     out pure data parallelism): the run completes with the chosen mesh and says why;
+#   - bad input: more devices than the model and batch can use, memory too small for any mesh,
+#     --mesh auto with a mesh flag: a clear answer, non-zero exit.
+set -u
+cd "$(dirname "$0")/.."
+T=build/planner-test
+rm -rf "$T"
+mkdir -p "$T"
+WHAT="the planner"
+# shellcheck source=test/lib_mpi.sh
+source test/lib_mpi.sh   # pass, fail, MPIRUN, expect_all; stops here without MPI
+
+python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 2000 --num-val 200 >/dev/null || { echo "FAIL data generation"; exit 1; }
+D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
+# 4 layers (pp 2 x 2 interleaved chunks, pp 4), 4 heads of 16 channels (tp 2, 4; cp all-to-all 2)
+MODEL="--layers 4 --heads 4 --channels 64 --batch 8 --seq 32 --steps 2 --lr 1e-3"
+QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+
+# mesh NP LABEL FLAGS...: predicted (--plan this) against measured (--plan-check), every rank
+n_mesh=0
+mesh() {
+    local np=$1 label=$2; shift 2
+    local bin=./train_gpt2cpu
+    # shellcheck disable=SC2086
+    $bin $D $MODEL $QUIET "$@" --plan this >"$T/$label.plan" 2>&1 ||
+        { fail "$label: --plan this" "$(tail -2 "$T/$label.plan")"; return; }
+    grep '^rank ' "$T/$label.plan" >"$T/$label.predicted"
+    # shellcheck disable=SC2086
+    $MPIRUN -np "$np" $bin $D $MODEL $QUIET "$@" --plan-check "$T/$label.measured" >"$T/$label.out" 2>&1 ||
+        { fail "$label: the run" "$(tail -2 "$T/$label.out")"; return; }
+    n_mesh=$((n_mesh + 1))
+    if [ "$(wc -l <"$T/$label.measured")" -eq "$np" ] && cmp -s "$T/$label.predicted" "$T/$label.measured"; then
+        local r0
+        r0=$(head -1 "$T/$label.measured" | python3 -c "
+import sys; w = sys.stdin.read().replace('|', ' ').split(); d = dict(zip(w[2::2], w[3::2]))
+mem = ', '.join(f'{k} {int(d[k]) / 2**20:.3f}' for k in ['params', 'grads', 'optim', 'acts', 'experts'] if int(d[k]))
+comm = ', '.join(f'{k} {int(d[k]) / 2**20:.3f}' for k in ['dp', 'tp', 'pp', 'pp-embed', 'cp', 'ep', 'edp'] if int(d[k]))
+print(f'rank 0 MiB: {mem} | sent: {comm}')")
+        pass "$label ($np ranks): predicted = measured on every rank ($r0)"
+    else
+        fail "$label ($np ranks): predicted != measured" "$(diff "$T/$label.predicted" "$T/$label.measured" | head -4)"
+    fi
+}
+
+mesh 4 dp4-ddp           --dp 4
+mesh 4 dp4-zero1         --dp 4 --zero 1
+mesh 4 dp4-zero2-m2      --dp 4 --zero 2 --grad-accum 2
+mesh 4 dp4-zero3         --dp 4 --zero 3
+mesh 4 tp4               --tp 4
+mesh 4 dp2-tp2-sp-zero1  --dp 2 --tp 2 --sp --zero 1
+mesh 2 tp2-recompute     --tp 2 --recompute full
+mesh 4 pp4-1f1b          --pp 4 --pp-schedule 1f1b --grad-accum 4
+mesh 4 dp2-pp2-gpipe     --dp 2 --pp 2 --pp-schedule gpipe --grad-accum 2 --zero 2
+mesh 2 pp2-interleaved   --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 2
+mesh 2 pp2-zb            --pp 2 --pp-schedule zb-h1 --grad-accum 2
+mesh 4 dp2-cp2-ring      --dp 2 --cp 2 --zero 1 --recompute selective
+mesh 2 cp2-alltoall      --cp 2 --cp-algo alltoall
+mesh 4 dp4-ep2           --dp 4 --ep 2 --moe-experts 2 --moe-topk 2
+mesh 8 3d-dp2-pp2-tp2    --dp 2 --pp 2 --tp 2 --sp --pp-schedule 1f1b --grad-accum 2 --zero 1
+mesh 16 4d-dp2-pp2-cp2-tp2 --dp 2 --pp 2 --cp 2 --tp 2 --grad-accum 2
+[ "$n_mesh" -ge 12 ] && pass "$n_mesh meshes compared (at least 12)" || fail "only $n_mesh meshes ran"
+
+# ---- the comparison can fail: a perturbed formula in the planner's build
+perturbed_plan() {
+    local label=$1 file=$2 old=$3 new=$4 mesh_label=$5; shift 5
+    perturbed_build "$label" "$file" "$old" "$new" || return
+    # shellcheck disable=SC2086
+    "$T/perturbed/train" $D $MODEL $QUIET "$@" --plan this 2>&1 | grep '^rank ' >"$T/p.predicted"
+    if cmp -s "$T/p.predicted" "$T/$mesh_label.measured"; then
+        fail "perturbation '$label' went unnoticed: the planner still equals the run $mesh_label"
+    else
+        pass "perturbation '$label' is caught: $(diff "$T/p.predicted" "$T/$mesh_label.measured" | grep -m1 '^<' | cut -c1-110)"
+    fi
+}
+if [ "${PLANNER_PERTURB:-1}" = 1 ]; then
+    perturbed_plan "ZeRO-2 keeps the whole gradient" llmc/parallel/dp_zero.h \
+        "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);" \
+        "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad, dp->psi_pad / dp->N);" dp4-zero2-m2 --dp 4 --zero 2 --grad-accum 2
+    perturbed_plan "the pipeline sends one micro-batch fewer" llmc/parallel/pp.h \
+        "return (uint64_t)pp->m * (fwd + bwd) * X * a;" "return (uint64_t)(pp->m - 1) * (fwd + bwd) * X * a;" \
+        pp4-1f1b --pp 4 --pp-schedule 1f1b --grad-accum 4
+fi
+
+# ---- --mesh auto on 8 ranks, two model sizes
+auto() {
+    local label=$1; shift
+    # shellcheck disable=SC2086
+    $MPIRUN -np 8 ./train_gpt2cpu $D $QUIET --steps 2 "$@" --mesh auto >"$T/$label.out" 2>&1
+    local rc=$? chose
+    chose=$(grep -m1 '^mesh auto' "$T/$label.out" | sed 's/^mesh auto *chose //')
+    if [ "$rc" -eq 0 ] && [ -n "$chose" ] && grep -q '^  because' "$T/$label.out" && grep -q '^step *2/2' "$T/$label.out"; then
+        pass "--mesh auto, $label: ran 2 steps with $chose ($(grep -m1 '^  because' "$T/$label.out" | sed 's/^  because *//' | cut -c1-90)...)"
+    else
+        fail "--mesh auto, $label: exit $rc" "$(tail -3 "$T/$label.out")"
+    fi
+}
+auto "tiny model" --model tiny --batch 16 --seq 64
+auto "8 layers of C 256, 0.03 GiB per device" --layers 8 --heads 8 --channels 256 --batch 16 --seq 64 --device-mem 0.03
+if grep -q '^mesh auto *chose --dp 8 --grad-accum' "$T/8 layers of C 256, 0.03 GiB per device.out"; then
+    fail "the memory limit did not rule out pure data parallelism"
+else
+    pass "with 0.03 GiB per device the choice splits the model: $(grep -m1 '^mesh auto' "$T/8 layers of C 256, 0.03 GiB per device.out" | sed 's/^mesh auto *chose //')"
+fi
+
+# ---- bad input
+bad_plan() {
+    local label=$1 pattern=$2; shift 2
+    ./train_gpt2cpu "$@" >"$T/bad.out" 2>&1
+    local rc=$?
+    if [ "$rc" -ne 0 ] && grep -q -- "$pattern" "$T/bad.out"; then
+        pass "$label: exit $rc, '$(grep -m1 -- "$pattern" "$T/bad.out" | cut -c1-150)'"
+    else
+        fail "$label: exit $rc" "$(tail -3 "$T/bad.out")"
+    fi
+}
+bad_plan "more devices than the model can use" "^what would: " --model tiny --batch 4 --seq 32 --plan all --devices 4096
+grep -q "^nothing runs" "$T/bad.out" || fail "no 'nothing runs' line for 4096 devices"
+bad_plan "memory too small for any mesh" "^what would: devices of at least" --model gpt2 --batch 8 --seq 1024 --plan all --devices 8 \
+    --device-mem 0.01
+grep -q "^nothing fits" "$T/bad.out" || fail "no 'nothing fits' line for 0.01 GiB"
+expect_all "--mesh auto with --tp" "--mesh auto chooses" 2 ./train_gpt2cpu $D $QUIET --mesh auto --tp 2
+bad_plan "--plan this of a mesh the trainer refuses" "does not divide the 4 attention heads" $D $MODEL --tp 8 --plan this
