@@ -26,7 +26,8 @@
 //              the group fits in one (tp is the mesh's fastest dimension, then cp, pp, dp)
 //   exposed  = tp, pp, ep, edp: all of it (the compute waits); cp: what the attention core of
 //              the block does not hide; dp: what the backward (2/3 of the compute) does not hide,
-//              and at least the last bucket's share; ZeRO-3 also the forward's gathers beyond it
+//              and at least the last bucket's share (ZeRO-3's gathers are counted in the same dp bytes,
+//              prefetched a block ahead: they are modelled as hidden the same way)
 //   step     = compute + bubble + exposed
 #pragma once
 
@@ -486,9 +487,10 @@ static inline std::vector<Candidate> planner_candidates(const TrainArgs* a, cons
     return out;
 }
 
-// fitting first, then the predicted step time, then memory
+// fitting first, then the predicted step time, then memory; of those that do not fit, the smallest first
 static inline bool prediction_better(const Prediction& x, const Prediction& y) {
     if (x.fits != y.fits) { return x.fits > y.fits; }
+    if (!x.fits && x.mem_total != y.mem_total) { return x.mem_total < y.mem_total; }
     if (x.step != y.step) { return x.step < y.step; }
     return x.mem_total < y.mem_total;
 }
@@ -595,9 +597,7 @@ static inline void planner_explain_nothing(const TrainArgs* a, const GPT2Config*
            candidate_name(&s.c).c_str(), gib(s.mem_total), gib(mc->mem), gib(0.9 * mc->mem));
     printf("what would: devices of at least %.3f GiB (--device-mem %.3f)", gib(s.mem_total / 0.9), gib(s.mem_total / 0.9) + 0.001);
     for (int n = devices * 2; n <= devices * 64; n *= 2) {   // more devices: more to split the model over
-        Machine m2 = *mc;
-        if (m2.cores) { m2.peak = mc->peak; }
-        PlanResult r = planner_run(a, cfg, n, &m2);
+        PlanResult r = planner_run(a, cfg, n, mc);   // devices of this size, more of them
         if (!r.valid.empty() && r.valid[0].fits) {
             printf(", or %d devices (%s, %.3f GiB)", n, candidate_flags(&r.valid[0].c).c_str(), gib(r.valid[0].mem_total));
             break;
@@ -646,7 +646,8 @@ static inline const Prediction* planner_report(const TrainArgs* a, const GPT2Con
     return &res.valid[0];
 }
 
-// --plan this: the flags' own mesh, every rank's figures (the format of --plan-check)
+// --plan this: the flags' own mesh (--dp, default 1, x --pp x --cp x --tp), every rank's figures
+// (the format of --plan-check)
 static inline int planner_this(const TrainArgs* a, const GPT2Config* cfg, int devices, const Machine* mc) {
     Candidate c = candidate_of_args(a, devices);
     std::vector<RankFigures> ranks;
