@@ -78,18 +78,11 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* arg
     plan->nep = args->ep;
     memset(&plan->tp, 0, sizeof(plan->tp));
     plan->pp.comm = NULL;
-    plan->pp_split.clear();
     if (!comm_mpi_available() && (plan_wants_dp(args) || args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1)) {
         die("data, tensor, pipeline, context and expert parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp, --cp, --ep) "
             "need the MPI build: apt-get install libopenmpi-dev, then make");
     }
-    for (const char* s = args->pp_split; s && *s;) {   // "2,4,2": layers per stage
-        char* end;
-        long n = strtol(s, &end, 10);
-        if (end == s || (*end != ',' && *end != 0)) { die("--pp-split must be comma-separated layer counts, got '%s'", args->pp_split); }
-        plan->pp_split.push_back((int)n);
-        s = *end ? end + 1 : end;
-    }
+    plan->pp_split = pp_split_parse(args->pp_split);   // --pp-split 2,4,2: layers per stage (llmc/parallel/planner.h)
     // The data-parallel communication thread calls MPI while the main thread computes. Alone,
     // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
     // parallelism the main thread's collectives and messages on the tp and pp groups run while
@@ -415,27 +408,18 @@ static inline void plan_trace_start(Plan* plan) {
 }
 
 // --plan-check FILE: what this rank measured, in the planner's categories (llmc/parallel/planner.h):
-// the data-parallel memory table's figures at the start (the model's own buffers with one rank
-// and no data-parallel layer), the expert state, and the bytes each communicator counted in the
+// the data-parallel memory table's figures at the start, the expert state, and the bytes each communicator counted in the
 // step just reported. Rank 0 gathers every rank's and writes one line per rank.
 static inline RankFigures plan_measured(const Plan* plan) {
     RankFigures f;
     memset(&f, 0, sizeof(f));
-    const GPT2* m = plan->model;
     size_t a = sizeof(floatX);
-    if (plan->use_dp) {
-        f.mem[FIG_PARAMS] = plan->mem_start[MEM_PARAMS];
-        f.mem[FIG_GRADS] = plan->mem_start[MEM_GRADS];
-        f.mem[FIG_MASTER] = plan->mem_start[MEM_MASTER];
-        f.mem[FIG_OPTIM] = plan->mem_start[MEM_OPTIM];
-        f.mem[FIG_ACTS] = plan->mem_start[MEM_ACTS];
-        f.bytes[FIG_DP] = dp_step_bytes(&plan->dp);
-    } else {
-        f.mem[FIG_PARAMS] = f.mem[FIG_GRADS] = m->num_parameters * a;
-        f.mem[FIG_MASTER] = m->master_memory ? m->num_parameters * 4 : 0;
-        f.mem[FIG_OPTIM] = m->m_memory ? m->num_parameters * 8 : 0;
-        f.mem[FIG_ACTS] = m->acts_bytes;
-    }
+    f.mem[FIG_PARAMS] = plan->mem_start[MEM_PARAMS];   // (--plan-check needs the data-parallel layer: plan_init)
+    f.mem[FIG_GRADS] = plan->mem_start[MEM_GRADS];
+    f.mem[FIG_MASTER] = plan->mem_start[MEM_MASTER];
+    f.mem[FIG_OPTIM] = plan->mem_start[MEM_OPTIM];
+    f.mem[FIG_ACTS] = plan->mem_start[MEM_ACTS];
+    f.bytes[FIG_DP] = dp_step_bytes(&plan->dp);
     if (plan->ntp > 1) { f.bytes[FIG_TP] = tp_step_bytes(&plan->tp); }
     if (plan->npp > 1) {
         f.bytes[FIG_PP] = plan->pp.comm->bytes_sent - plan->pp.bytes_start;

@@ -144,6 +144,19 @@ static inline DPConfig dp_config_from_args(const TrainArgs* a, int pipeline, int
     return cfg;
 }
 
+// --pp-split "2,4,2": layers per stage (empty: the even split)
+static inline std::vector<int> pp_split_parse(const char* text) {
+    std::vector<int> split;
+    for (const char* s = text; s && *s;) {
+        char* end;
+        long n = strtol(s, &end, 10);
+        if (end == s || (*end != ',' && *end != 0)) { die("--pp-split must be comma-separated layer counts, got '%s'", text); }
+        split.push_back((int)n);
+        s = *end ? end + 1 : end;
+    }
+    return split;
+}
+
 // Which shard of the model the rank at `coord` of a dp x pp x cp x tp mesh holds (llmc/params.h)
 static inline GPT2Place place_at(const TrainArgs* a, const GPT2Config* cfg, const int size[4], const int coord[4],
                                  const std::vector<int>& split) {
@@ -423,12 +436,7 @@ static inline Prediction planner_evaluate(const TrainArgs* base, const GPT2Confi
         if (a.ep > 1 && c->dp % a.ep != 0) {
             die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them", a.ep, c->dp);
         }
-        std::vector<int> split;
-        for (const char* s = a.pp_split; s && *s;) {
-            char* end;
-            split.push_back((int)strtol(s, &end, 10));
-            s = *end ? end + 1 : end;
-        }
+        std::vector<int> split = pp_split_parse(a.pp_split);
         for (int r = 0; r < world; r++) {
             int coord[4];
             coord_of_rank(size, r, coord);
