@@ -11,12 +11,14 @@
 # make train, make test and make test-fast first install what they need and is missing
 # (scripts/install_deps.sh --auto: as root or with password-less sudo; otherwise they print the
 # command to run and stop). make train-noinstall, test-noinstall, test-fast-noinstall skip that.
-# Options: OPENBLAS=1 (matmuls through OpenBLAS), NO_MPI=1, CXX=..., PYTHON=...
+# Options: OPENBLAS=1 (matmuls through OpenBLAS), NO_MPI=1, CXX=..., PYTHON=..., CPU_OPT=... (the CPU
+# builds' optimisation, default -O3 -march=native)
 
 CXX ?= g++
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 PYTHON ?= python3
-CXXFLAGS_CPU = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
+CPU_OPT ?= -O3 -march=native
+CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
 HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h llmc/parallel/*.h llmc/comm/*.h llmc/tasks/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
@@ -40,6 +42,7 @@ ifneq ($(MPICXX),)
   CXXFLAGS_CPU += -DUSE_MPI -DOMPI_SKIP_MPICXX
   MPI_NOTE = with MPI ($(MPICXX))
   MPI_TARGETS = test_collectivescpu collbenchcpu test_cp_attentioncpu
+  PERTURBED_TARGET = build/perturbed/train_gpt2cpu
 else
   CPU_CC = $(CXX)
   MPI_NOTE = without MPI: single-rank build (install libopenmpi-dev for mpirun)
@@ -130,6 +133,15 @@ pp_simcpu: pp_sim.cu $(HEADERS) build/config/pp_simcpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 build/config/pp_simcpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
+# the perturbed trainer: every deliberate bug of test/perturbations.py in one build, one of them
+# switched on at run time by LLMC_PERTURB=NAME (the suites' "the tests can fail" checks, through
+# test/lib_mpi.sh's perturbed_build). One compile instead of one per bug.
+build/perturbed/train_gpt2cpu: train_gpt2.cu $(HEADERS) test/perturbations.py build/config/perturbed.flags
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: apt-get install python3"; exit 1; }
+	$(PYTHON) test/perturbations.py --out build/perturbed/src
+	$(CPU_CC) $(CXXFLAGS_CPU) -include build/perturbed/src/perturb.h build/perturbed/src/train_gpt2.cu -o $@ $(LDLIBS_CPU)
+build/config/perturbed.flags: CONFIG = $(CPU_CC) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
+
 # the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
 test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS) build/config/test_collectivescpu.flags
 	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
@@ -184,12 +196,14 @@ data/arithmetic/sft_train_000000.bin: data/arithmetic/train_000000.bin
 train:
 	@bash scripts/install_deps.sh --auto --train
 	@$(MAKE) --no-print-directory train-noinstall
+# (the tests' binaries are built side by side, one job per core: BUILD_JOBS=1 for one at a time)
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@bash scripts/install_deps.sh --auto
-	@$(MAKE) --no-print-directory test-noinstall
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-noinstall
 test-fast:
 	@bash scripts/install_deps.sh --auto
-	@$(MAKE) --no-print-directory test-fast-noinstall
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-fast-noinstall
 
 # the default job: the tiny model on arithmetic, on the CPU
 train-noinstall: info train_gpt2cpu data
@@ -197,7 +211,7 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) $(PERTURBED_TARGET) data
 	@bash test/run_tests.sh
 test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
 	@bash test/run_tests.sh --fast

@@ -8,7 +8,8 @@
 //                        checked before any work: one error before step 1, nothing written
 //   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
 //                        model, the faults the tests inject (nan, hang, kill), and the
-//                        straggler's sleep (--straggler RANK:MS or random:MS)
+//                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK is
+//                        handed to the asynchronous server at guard_init: it sleeps nowhere)
 //   guard_step_end       after the update: a non-finite loss or gradient norm stops the run,
 //                        naming the step and the first tensor whose gradient is not finite
 //                        (--on-nan stop), or skips the step's update (--on-nan skip)
@@ -56,7 +57,7 @@ typedef struct Guard {
     Plan* plan;
     int rank, world_size;
     int fault, fault_rank, fault_step;   // --fault: what, on which rank (-1: all), at the start of which step (from 1)
-    int straggler_rank;            // --straggler: the slow rank, -1 random (one per step), -2 none
+    int straggler_rank;            // --straggler: the slow rank, -1 random (one per step), -2 none (or hold:RANK)
     double straggler_ms;           //   its delay per step
     // progress of the main thread: 0 before the first step, 2s+1 in step s, 2s+2 after it (s from 0)
     std::atomic<long long> mark{0};
@@ -319,13 +320,27 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
     }
 }
 
-// --straggler RANK:MS | random:MS (the form is checked in train_args.h; the rank here, where the
-// world size is known: every rank finds the same error before step 1)
+// --straggler (the form is checked in train_args.h; the rank here, where the world size is known:
+// every rank finds the same error before step 1). Two kinds of straggler:
+//   RANK:MS, random:MS   slow in wall time: the rank (or one drawn per step) sleeps MS ms at the
+//                        start of the step (guard_dloss); what that does to the schedule depends
+//                        on how fast the others are, i.e. on the machine and its load
+//   hold:RANK            slow in order: the asynchronous server (llmc/parallel/dp_ps_async.h)
+//                        takes that rank's requests only when no other worker can move, the
+//                        slowest it can be without stopping the run; the same schedule on every run
 static inline void guard_parse_straggler(Guard* g, const char* s) {
     g->straggler_rank = -2;
     g->straggler_ms = 0.0;
     if (s == NULL) { return; }
     const char* c = strchr(s, ':');
+    if (strncmp(s, "hold:", 5) == 0) {
+        int held = atoi(c + 1);
+        if (held >= g->world_size) {
+            die("--straggler %s: there are only %d ranks (0 to %d): hold one of them", s, g->world_size, g->world_size - 1);
+        }
+        ps_async_hold(held);   // before plan_attach makes the server
+        return;
+    }
     g->straggler_ms = atof(c + 1);
     g->straggler_rank = strncmp(s, "random:", 7) == 0 ? -1 : atoi(s);
     if (g->straggler_rank >= g->world_size) {

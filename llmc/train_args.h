@@ -84,7 +84,7 @@ typedef struct {
     int ps_async;               // asynchronous parameter server: every push applied as it comes (llmc/parallel/dp_ps_async.h)
     const char* staleness;      // stale synchronous parallel: a worker at most S steps ahead of the slowest (NULL: off)
     int staleness_bound;        // --staleness parsed (-1: not given)
-    const char* straggler;      // RANK:MS or random:MS: a slow worker (llmc/guard.h)
+    const char* straggler;      // RANK:MS, random:MS or hold:RANK: a slow worker (llmc/guard.h)
     const char* ps_log;         // the asynchronous server's log: one line per applied update (NULL: none)
     const char* compress;       // none, topk:R, randk:R, qsgd:B or sign (llmc/parallel/dp_compress.h)
     const char* error_feedback; // on or off: keep what compression did not send for the next step
@@ -221,7 +221,7 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
         {"ps-async", ARG_SWITCH, &a->ps_async, "asynchronous parameter server (--dp-mode ps): no barrier, the server applies every push as it comes"},
         {"staleness", ARG_STRING, &a->staleness, "stale synchronous parameter server (--dp-mode ps): a worker runs at most S steps ahead of the slowest (0 = synchronous)"},
         {"ps-log", ARG_STRING, &a->ps_log, "with --ps-async or --staleness: write 'update seconds steps loss norm workers clocks staleness' per applied update to this file"},
-        {"straggler", ARG_STRING, &a->straggler, "slow a worker down: RANK:MS (MS ms more every step) or random:MS (every step one random rank, seeded)"},
+        {"straggler", ARG_STRING, &a->straggler, "slow a worker down: RANK:MS (MS ms more every step), random:MS (every step one random rank, seeded), or hold:RANK (the asynchronous server serves RANK last: the same schedule every run)"},
         {"compress", ARG_STRING, &a->compress, "gradient compression (--dp-mode naive, ddp or ps): none, topk:R, randk:R (R in (0,1]), qsgd:B (B in 1..16 bits) or sign"},
         {"error-feedback", ARG_STRING, &a->error_feedback, "with --compress: on (keep what was not sent for the next step) or off"},
         {"qgz", ARG_INT, &a->qgz, "ZeRO++ qgZ (with --zero 3): gradients reduce-scattered as 4- or 8-bit blocks over all-to-all, 0 = off"},
@@ -459,13 +459,22 @@ static inline void train_args_check_ps(TrainArgs* a) {
     }
     if (a->ps_log && !a->ps_async && !a->staleness) { die("--ps-log is the asynchronous server's log: add --ps-async or --staleness S (with --dp-mode ps)"); }
     if (a->ps_log && a->steps < 2) { die("--ps-log is written with the run's summary, after the timed steps: --steps must be >= 2, got %d", a->steps); }
-    if (a->straggler) {
+    if (a->straggler && strncmp(a->straggler, "hold:", 5) == 0) {   // a straggler in order, not in time (dp_ps_async.h)
+        const char* r = a->straggler + 5;
+        if (*r == 0 || strspn(r, "0123456789") != strlen(r)) {
+            die("--straggler hold:RANK names a rank (a whole number >= 0), got '%s'", a->straggler);
+        }
+        if (!a->ps_async && !a->staleness) {
+            die("--straggler %s holds a rank back at the asynchronous server: add --ps-async or --staleness S (with --dp-mode ps)",
+                a->straggler);
+        }
+    } else if (a->straggler) {
         const char* c = strchr(a->straggler, ':');
         char* end = NULL;
         double ms = c ? strtod(c + 1, &end) : -1.0;
         int rank_ok = c && (strncmp(a->straggler, "random:", 7) == 0 || (c > a->straggler && strspn(a->straggler, "0123456789") == (size_t)(c - a->straggler)));
         if (!rank_ok || !end || *end != 0 || !(ms > 0) || !isfinite(ms)) {
-            die("--straggler must be RANK:MS or random:MS with MS > 0 milliseconds, got '%s'", a->straggler);
+            die("--straggler must be RANK:MS or random:MS with MS > 0 milliseconds, or hold:RANK, got '%s'", a->straggler);
         }
     }
     if (strcmp(a->compress, "none") != 0) {

@@ -19,7 +19,9 @@
 # continues SFT for as many steps as RLVR takes (with RLVR's learning-rate schedule).
 #
 # About 10 minutes on 2 CPU cores. Knobs (environment): SEEDS, BASE_SEED, PRE_STEPS, SFT_STEPS,
-# RL_STEPS, EXAMPLES (held-out examples per evaluation), THREADS, OUT.
+# RL_STEPS, EXAMPLES (held-out examples per evaluation), THREADS, OUT; and, to run it in miniature
+# (test/test_tasks.sh), MODEL_FLAGS (the pre-trained model's shape, default the default job's) and
+# RL_BATCH (rollouts per RL step, default 256 = 32 prompts x 8 samples).
 #   bash scripts/lab_tasks.sh
 #   SEEDS="1" RL_STEPS=50 bash scripts/lab_tasks.sh     # a quick look
 #   BASE_SEED=each bash scripts/lab_tasks.sh             # a pre-trained base per seed (~15 min)
@@ -32,6 +34,8 @@ SFT_STEPS=${SFT_STEPS:-200}
 RL_STEPS=${RL_STEPS:-250}
 EXAMPLES=${EXAMPLES:-1000}
 THREADS=${THREADS:-0}
+MODEL_FLAGS=${MODEL_FLAGS:-}
+RL_BATCH=${RL_BATCH:-256}
 OUT=${OUT:-build/lab_tasks}
 mkdir -p "$OUT"
 make -s train_gpt2cpu data >/dev/null
@@ -46,7 +50,7 @@ accuracy() { grep -o 'accuracy [0-9.]*% (exact match' "$1" | tail -1 | grep -o '
 # from it; sets $pre and $more to their held-out accuracies
 pretrain() {
     # 1. pre-training, a shortened version of the default job: the same model, data and lr
-    ./train_gpt2cpu --seed "$1" --steps "$PRE_STEPS" --eval-every 0 $eval_flags \
+    ./train_gpt2cpu --seed "$1" $MODEL_FLAGS --steps "$PRE_STEPS" --eval-every 0 $eval_flags \
         --save "$OUT/pre_$1.bin" >"$OUT/pre_$1.out"
     pre=$(accuracy "$OUT/pre_$1.out")
     echo "   pre-train  $PRE_STEPS steps (seed $1): held-out accuracy $pre%"
@@ -85,7 +89,7 @@ for seed in $SEEDS; do
     #    A 5x lower peak lr than SFT with a 20-step warmup: the policy gradient is noisy, and fresh
     #    AdamW moments at lr 2e-4 with 5 warmup steps (or at 3e-4) knocked accuracy down 15-35
     #    points before it recovered (doc/training-tasks.md, "Tuning the RL stage").
-    ./train_gpt2cpu --seed "$seed" --load "$OUT/sft_$seed.bin" --task rlvr --steps "$RL_STEPS" --batch 256 --group 8 \
+    ./train_gpt2cpu --seed "$seed" --load "$OUT/sft_$seed.bin" --task rlvr --steps "$RL_STEPS" --batch "$RL_BATCH" --group 8 \
         --lr 2e-4 --warmup 20 --kl 0.02 --temperature 1.0 --eval-every 25 $eval_flags \
         --metrics "$OUT/rl_$seed.csv" --save "$OUT/rl_$seed.bin" >"$OUT/rl_$seed.out"
     rl=$(accuracy "$OUT/rl_$seed.out")

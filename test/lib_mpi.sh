@@ -7,9 +7,9 @@
 #   expect_all NAME PATTERN NP CMD... bad input: every rank reports PATTERN, all exit non-zero, no hang
 #   run_vs_ref NP REF LABEL FLAGS...  NP ranks with $D $MODEL $QUIET FLAGS into $T/run.{out,log,bin}, compared
 #                                     with $T/REF (test/compare_runs.py); returns 1 (after a FAIL) when the run fails
-#   perturbed_build LABEL FILE OLD NEW      $T/perturbed/train: the trainer built with OLD replaced by NEW in FILE
-#   perturb LABEL FILE OLD NEW REF ARGS...  a trainer built from a copy of llmc/ with OLD replaced by
-#                                     NEW in FILE, run on 2 ranks with ARGS, must FAIL the equivalence
+#   perturbed_build NAME              $T/perturbed/train: the trainer with the deliberate bug NAME of
+#                                     test/perturbations.py switched on
+#   perturb NAME REF ARGS...          that trainer, run on 2 ranks with ARGS, must FAIL the equivalence
 #                                     check against $T/REF.log and $T/REF.bin
 # Exits with one FAIL line when mpirun or the MPI build of train_gpt2cpu is missing.
 pass() { echo "PASS $1"; }
@@ -45,29 +45,32 @@ run_vs_ref() {
     python3 test/compare_runs.py "$T/$refname.log" "$T/$refname.bin" "$T/run.log" "$T/run.bin" --label "$label matches 1 rank"
 }
 
-# perturbed_build LABEL FILE OLD NEW: $T/perturbed/train, the trainer built from a copy of llmc/
-# with OLD replaced by NEW in FILE; returns 1 (after a FAIL line) when OLD is not there or the
-# build fails
+# perturbed_build NAME: $T/perturbed/train, the trainer with the deliberate bug NAME of
+# test/perturbations.py switched on (build/perturbed/train_gpt2cpu, which make test builds once
+# with every bug in it, run with LLMC_PERTURB=NAME); returns 1 (after a FAIL line) when that
+# build is missing or NAME's text was not found in the sources
+PERTURBED_BIN=build/perturbed/train_gpt2cpu
 perturbed_build() {
-    local label=$1 file=$2 old=$3 new=$4 dir="$T/perturbed"
+    local label=$1 dir="$T/perturbed"
+    if [ ! -x "$PERTURBED_BIN" ]; then
+        fail "perturbation '$label': $PERTURBED_BIN is not built (make $PERTURBED_BIN)"; return 1
+    fi
+    if grep -q -F -- "$label: " build/perturbed/src/missing.txt; then
+        fail "perturbation '$label': $(grep -F -- "$label: " build/perturbed/src/missing.txt | head -1 | cut -c1-160)"; return 1
+    fi
+    if ! grep -q -F -- "    \"$label\"," build/perturbed/src/perturb.h; then
+        fail "perturbation '$label' is not in test/perturbations.py"; return 1
+    fi
     rm -rf "$dir"
     mkdir -p "$dir"
-    cp -r llmc train_gpt2.cu "$dir/"
-    python3 - "$dir/$file" "$old" "$new" <<'EOF' || { fail "perturbation '$label': text not found in $file"; return 1; }
-import sys
-path, old, new = sys.argv[1:4]
-s = open(path).read()
-if old not in s: sys.exit(1)
-open(path, "w").write(s.replace(old, new))
-EOF
-    mpicxx -std=c++17 -O2 -fopenmp -x c++ -DLLMC_CPU -DUSE_MPI -DOMPI_SKIP_MPICXX "$dir/train_gpt2.cu" -o "$dir/train" -lm ||
-        { fail "perturbation '$label': build failed"; return 1; }
+    printf '#!/bin/sh\nLLMC_PERTURB='"'%s'"' exec %s "$@"\n' "$label" "$PWD/$PERTURBED_BIN" >"$dir/train"
+    chmod +x "$dir/train"
 }
 
 perturb() {
-    local label=$1 file=$2 old=$3 new=$4 ref=$5 dir="$T/perturbed"
-    shift 5
-    perturbed_build "$label" "$file" "$old" "$new" || return
+    local label=$1 ref=$2 dir="$T/perturbed"
+    shift 2
+    perturbed_build "$label" || return
     rm -f "$T/p.log" "$T/p.bin"
     $MPIRUN -np 2 "$dir/train" "$@" --log "$T/p.log" --save "$T/p.bin" >"$T/p.out" 2>&1
     if python3 test/compare_runs.py "$T/$ref.log" "$T/$ref.bin" "$T/p.log" "$T/p.bin" --label x >"$T/p.cmp" 2>&1; then

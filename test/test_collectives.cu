@@ -32,7 +32,11 @@ int main() {
 static Comm W;
 static const CommType TYPES[] = {COMM_FP32, COMM_BF16, COMM_INT32};
 static const CommOp OPS[] = {COMM_SUM, COMM_AVG, COMM_MAX, COMM_MIN};
-static const size_t BIG = 1000003;   // about 1M, not divisible by any p tested
+// The large count: over RING_BROADCAST_CHUNK_BYTES (256 KiB) in every type, so the chunked ring
+// broadcast sends several chunks and a partial last one (fp32 4, bf16 2), and not divisible by
+// any p tested (1, 2, 3, 4, 5, 8), so every block split has a remainder. No algorithm has another
+// size threshold (llmc/comm/), so a larger count would take no other path, only longer.
+static const size_t BIG = 200003;
 
 // --- data
 
@@ -144,7 +148,7 @@ static bool volume_ok(const CommVolume& before, const CommVolume& want, std::str
     return false;
 }
 
-// full = false, to keep the run short: counts {0, 1, p-1, p, 1009 (prime), ~1M}, the ~1M one
+// full = false, to keep the run short: counts {0, 1, p-1, p, 1009 (prime), BIG}, the BIG one
 // only for fp32 sum
 static void test_allreduce(const char* algo, ReduceFn fn, VolumeFn vol, bool full = true) {
     Group g;
@@ -425,7 +429,7 @@ static void test_alltoall_algo(const char* algo, GatherFn fn, VolumeFn vol) {
     Group g;
     g.name = std::string("alltoall ") + algo;
     std::vector<size_t> counts = small_counts();
-    counts.push_back(BIG / p);   // about 1M elements in all
+    counts.push_back(BIG / p);   // BIG elements in all
     for (CommType t : TYPES) for (size_t n : counts) for (int in_place = 0; in_place < 2; in_place++) {
         int salt = (int)n + 31 * t + 10;
         void* send = comm_scratch(n * p, t);
@@ -537,7 +541,7 @@ static void test_parameter_server_formulas() {
 }
 
 // Degenerate shapes (node size 1 or p, grid 1 x p) reduce to the flat ring and are tested only
-// where p is prime and nothing else exists; the ~1M count only for fp32 sum and max.
+// where p is prime and nothing else exists; the BIG count only for fp32 sum and max.
 static void test_new_allreduces() {
     int p = W.size;
     std::vector<int> servers = {1};              // one server, every rank a server, and 2 for odd p

@@ -14,7 +14,7 @@
 #   - bad input: a sequence that does not split (cp, 2 cp for zigzag), heads that do not split
 #     for all-to-all, cp that does not divide the ranks, RLVR: a clear message, non-zero exit on
 #     every rank, no hang;
-#   - the tests can fail: trainers built from perturbed copies of llmc/ (the merge without the
+#   - the tests can fail: the trainer with deliberate bugs (test/perturbations.py: the merge without the
 #     max correction; a ring that skips its last step) must fail the equivalence check
 #     (CP_PERTURB=0 skips this part).
 set -u
@@ -31,9 +31,12 @@ D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/
 SFT="--task sft --sft-train $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin"
 # 4 heads of 16 channels: tp 2 x alltoall cp 2 splits them; seq 32: zigzag cp 4 has chunks of 4
 SHAPE="--layers 4 --heads 4 --channels 64"
-RUN="--batch 8 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
+# 6 steps: every piece of state crosses a step (AdamW m, v, t, the shards, the data position),
+# and the 5-step warmup ends
+STEPS=6
+RUN="--batch 8 --seq 32 --steps $STEPS --lr 1e-3 --warmup 5"
 MODEL="$SHAPE $RUN"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1"
 
 ref m1
 ref m4 --grad-accum 4
@@ -41,7 +44,7 @@ ref sft $SFT --grad-accum 2
 
 # check NP REF LABEL FLAGS...: the run against the reference, and its per-step checks
 check() {
-    local label=$3 out="$T/run.out" steps=20
+    local label=$3 out="$T/run.out" steps=$STEPS
     [[ " $* " == *" --steps 3 "* ]] && steps=3
     run_vs_ref "$1" "$2" "$3" --comm-algo ring "${@:4}" || return 1
     local bad="" n ratio
@@ -103,17 +106,12 @@ expect_all "heads that do not split for all-to-all" "--cp-algo alltoall splits t
 expect_all "cp that does not divide the ranks" "does not divide the 3 ranks" 3 $TRAIN --cp 2
 expect_all "RLVR with cp" "does not run with --cp" 2 $TRAIN --cp 2 --task rlvr
 
-# --- the tests can fail: perturbed copies of llmc/ must break the equivalence
+# --- the tests can fail: deliberate bugs (test/perturbations.py says what each changes) must
+# break the equivalence
 if [ "${CP_PERTURB:-1}" = "1" ]; then
     # shellcheck disable=SC2086
-    perturb "the merge without the max correction" llmc/cpu/attention_block.h \
-        'float wa = expf(*la - m), wb = expf(lb - m);' \
-        'float wa = *la == -INFINITY ? 0.0f : 1.0f, wb = lb == -INFINITY ? 0.0f : 1.0f;' \
-        m1 $D $MODEL $QUIET --cp 2
+    perturb "the merge without the max correction" m1 $D $MODEL $QUIET --cp 2
     # shellcheck disable=SC2086
-    perturb "a ring that skips its last step" llmc/parallel/cp_ring.h \
-        'for (int j = 0; j < cp->cp; j++) {   // step j: the block of rank - j' \
-        'for (int j = 0; j < cp->cp - 1; j++) {   // step j: the block of rank - j' \
-        m1 $D $MODEL $QUIET --cp 2
+    perturb "a ring that skips its last step" m1 $D $MODEL $QUIET --cp 2
 fi
 exit 0

@@ -59,7 +59,7 @@ D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/
 # over 1, 2, 3, 4 ranks and 2 or 4 micro-steps
 STEPS=3
 MODEL="--layers 2 --heads 2 --channels 32 --max-seq 32 --batch 12 --seq 16 --steps $STEPS --lr 1e-3 --warmup 2"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1"
 TRAIN="$BIN $D $MODEL $QUIET"
 
 

@@ -18,7 +18,7 @@ WHAT="emulated expert parallelism"
 source test/lib_emu_mpi.sh   # EMU, pass, fail (status), MPIRUN, D; stops here without MPI
 STEPS=4
 MODEL="--layers 2 --heads 4 --channels 64 --max-seq 32 --batch 4 --seq 32 --steps $STEPS --lr 1e-3 --warmup 2 --moe-experts 4 --moe-topk 2 --moe-every 1 --moe-capacity 1.0"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1 --comm-algo ring"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1 --comm-algo ring"
 
 emu_refs   # the single-rank references (test/lib_emu_mpi.sh)
 

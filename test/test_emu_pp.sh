@@ -22,7 +22,7 @@ WHAT="emulated pipeline parallelism"
 source test/lib_emu_mpi.sh   # EMU, pass, fail (status), MPIRUN, D; stops here without MPI
 STEPS=4
 MODEL="--layers 4 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16 --steps $STEPS --lr 1e-3 --warmup 2"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1 --grad-accum 4"   # 4 micro-batches in every run
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1 --grad-accum 4"   # 4 micro-batches in every run
 
 
 emu_refs   # the single-rank references (test/lib_emu_mpi.sh)

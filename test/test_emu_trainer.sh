@@ -36,7 +36,7 @@ for b in $EMU/train_gpt2cu $EMU/train_gpt2cu_fp32 $EMU/test_gpt2cu ./train_gpt2c
 done
 python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 3000 --num-val 300 >/dev/null || { fail "data generation"; exit 1; }
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
-SMALL="--layers 2 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16 --eval-every 0 --accuracy 0 --sample-every 0 --threads 2"
+SMALL="--layers 2 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16 --eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 2"
 
 # compare_logs NAME REF.log RUN.log LOSS_TOL NORM_TOL: every step's loss and norm within tol (relative)
 compare_logs() {
@@ -94,7 +94,7 @@ if cmp -s "$T/five.log" <(head -5 "$T/bf16_a.log"); then
 else
     fail "5-step run" "its log differs from the first 5 lines of the 10-step run"
 fi
-LOAD="$EMU/train_gpt2cu $D --batch 4 --seq 16 --eval-every 0 --accuracy 0 --sample-every 0 --threads 2"
+LOAD="$EMU/train_gpt2cu $D --batch 4 --seq 16 --eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 2"
 $LOAD --load "$T/five.bin" --steps 1 --lr 0 --weight-decay 0 --save "$T/five_rt.bin" >"$T/rt.out" 2>&1
 if cmp -s "$T/five.bin" "$T/five_rt.bin"; then
     pass "checkpoint reloads bit-exactly (emulated bf16: load, one step at lr 0, save: identical bytes)"

@@ -17,7 +17,7 @@
 #     truncated MoE checkpoint, an MoE header asking for top-3 of 2 experts,
 #     an MoE checkpoint with other --moe flags, --ep without experts, --ep with --zero 3, MoE
 #     with --pp: one clear line on every rank, non-zero exit, no hang;
-#   - the tests can fail: trainers built from perturbed copies of llmc/ (expert gradients
+#   - the tests can fail: the trainer with deliberate bugs (test/perturbations.py: expert gradients
 #     averaged over all dp ranks; a combine that ignores the gate weights) must fail the
 #     equivalence (MOE_PERTURB=0 skips this part).
 set -u
@@ -32,9 +32,12 @@ source test/lib_mpi.sh   # pass, fail, MPIRUN, expect_all, perturb, ref; stops h
 python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 4000 --num-val 300 >/dev/null || { echo "FAIL data generation"; exit 1; }
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
 SHAPE="--layers 3 --heads 4 --channels 64"
-RUN="--batch 8 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
+# 6 steps: every piece of state crosses a step (AdamW m, v, t, the shards, the data position),
+# and the 5-step warmup ends
+STEPS=6
+RUN="--batch 8 --seq 32 --steps $STEPS --lr 1e-3 --warmup 5"
 MODEL="$SHAPE $RUN"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1"
 E4K1="--moe-experts 4 --moe-topk 1 --moe-every 1 --moe-capacity 1.0"
 E4K2="--moe-experts 4 --moe-topk 2 --moe-every 1 --moe-capacity 1.0"
 E8K1="--moe-experts 8 --moe-topk 1 --moe-every 2 --moe-capacity 1.0 --moe-aux 0.1"
@@ -49,7 +52,7 @@ ref e4k2acc $E4K2 --grad-accum 2
 ref dense --steps 2
 for r in e4k1 e4k2 e8k1 e8k2; do
     dropped=$(grep -c "moe | .*dropped [1-9]" "$T/$r.out")
-    [ "$dropped" -eq 20 ] || fail "reference $r drops tokens on every step" "$dropped of 20 steps drop"
+    [ "$dropped" -eq $STEPS ] || fail "reference $r drops tokens on every step" "$dropped of $STEPS steps drop"
 done
 
 # moe lines of a run: the tokens per expert and the drops of every step (the aux loss is the mean
@@ -63,14 +66,14 @@ check() {
     local bad="" n
     if grep -q "^expert parallel" "$out"; then
         n=$(grep -c "ep comm | all-to-all sent .*, equal;.*edp all-reduce .*equal)" "$out")
-        [ "$n" -eq 20 ] || bad="all-to-all or edp bytes = formula in $n of 20 steps"
+        [ "$n" -eq $STEPS ] || bad="all-to-all or edp bytes = formula in $n of $STEPS steps"
         grep -q "parameters per rank .*equal)" "$out" || bad="$bad dense/expert parameter split"
     fi
     grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
     if grep -q "^tensor parallel" "$out"; then
         grep -q "^tp memory check ok" "$out" || bad="$bad tp memory lines"
         n=$(grep -c "tp comm | sent .* equal)" "$out")
-        [ "$n" -eq 20 ] || bad="$bad tp bytes = formula in $n of 20 steps"
+        [ "$n" -eq $STEPS ] || bad="$bad tp bytes = formula in $n of $STEPS steps"
     fi
     [ "$(counts "$out")" = "$(counts "$T/$refname.out")" ] || bad="$bad tokens per expert differ from one rank's"
     if [ -n "$bad" ]; then
@@ -78,7 +81,7 @@ check() {
     else
         local bytes
         bytes=$(grep -m1 'ep comm | all-to-all sent' "$out" | grep -o 'sent *[0-9.]* MiB' | tr -s ' ')
-        pass "$label: all-to-all bytes = formula on all 20 steps (${bytes:-no ep} at step 1), memory = formula, tokens per expert and drops = one rank's on every step"
+        pass "$label: all-to-all bytes = formula on all $STEPS steps (${bytes:-no ep} at step 1), memory = formula, tokens per expert and drops = one rank's on every step"
     fi
 }
 
@@ -139,8 +142,8 @@ expect_all "MoE with a pipeline" "--pp with a mixture of experts is not built" 2
 
 # --- the tests can fail
 if [ "${MOE_PERTURB:-1}" != 0 ]; then
-    perturb "expert gradients averaged over all dp ranks" llmc/parallel/ep.h "Comm* group = &ep->edp;" \
-        "Comm* group = ep->dp_comm;" e4k2 $D $MODEL $QUIET $E4K2 --ep 2
-    perturb "a combine that ignores the gate weights" llmc/moe.h "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);" \
-        "moe_combine(out, r->yret, r->slot_d, NULL, N, k, C, 0);" e4k2 $D $MODEL $QUIET $E4K2 --ep 2
+    # the deliberate bugs of test/perturbations.py: the expert gradients averaged over all dp
+    # ranks (not only the replicas of the same experts); the combine without the gate weights
+    perturb "expert gradients averaged over all dp ranks" e4k2 $D $MODEL $QUIET $E4K2 --ep 2
+    perturb "a combine that ignores the gate weights" e4k2 $D $MODEL $QUIET $E4K2 --ep 2
 fi

@@ -6,7 +6,7 @@
 #     per category and bytes per step per communicator; the run with --plan-check measures them
 #     (the data-parallel memory table's allocator counts, the communicators' counted bytes of
 #     step 2); the two files must be equal, every rank, every figure;
-#   - the comparison can fail: planners built from perturbed copies of llmc/ (ZeRO-2's gradient
+#   - the comparison can fail: the planner with deliberate bugs (test/perturbations.py: ZeRO-2's gradient
 #     row of the memory table, the pipeline's bytes formula) must differ from the measured files
 #     (PLANNER_PERTURB=0 skips this part, about a minute);
 #   - --mesh auto on 8 ranks, for two model sizes (the second with a memory limit that rules
@@ -26,7 +26,7 @@ python3 dev/data/arithmetic.py --out-dir "$T/data" --num-train 2000 --num-val 20
 D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/data/tokenizer.bin"
 # 4 layers (pp 2 x 2 interleaved chunks, pp 4), 4 heads of 16 channels (tp 2, 4; cp all-to-all 2)
 MODEL="--layers 4 --heads 4 --channels 64 --batch 8 --seq 32 --steps 2 --lr 1e-3"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1"
 
 # mesh NP LABEL FLAGS...: predicted (--plan this) against measured (--plan-check), every rank
 n_mesh=0
@@ -74,8 +74,8 @@ mesh 16 4d-dp2-pp2-cp2-tp2 --dp 2 --pp 2 --cp 2 --tp 2 --grad-accum 2
 
 # ---- the comparison can fail: a perturbed formula in the planner's build
 perturbed_plan() {
-    local label=$1 file=$2 old=$3 new=$4 mesh_label=$5; shift 5
-    perturbed_build "$label" "$file" "$old" "$new" || return
+    local label=$1 mesh_label=$2; shift 2
+    perturbed_build "$label" || return
     # shellcheck disable=SC2086
     "$T/perturbed/train" $D $MODEL $QUIET "$@" --plan this 2>&1 | grep '^rank ' >"$T/p.predicted"
     if cmp -s "$T/p.predicted" "$T/$mesh_label.measured"; then
@@ -85,12 +85,10 @@ perturbed_plan() {
     fi
 }
 if [ "${PLANNER_PERTURB:-1}" = 1 ]; then
-    perturbed_plan "ZeRO-2 keeps the whole gradient" llmc/parallel/dp_zero.h \
-        "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);" \
-        "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad, dp->psi_pad / dp->N);" dp4-zero2-m2 --dp 4 --zero 2 --grad-accum 2
-    perturbed_plan "the pipeline sends one micro-batch fewer" llmc/parallel/pp.h \
-        "return (uint64_t)pp->m * (fwd + bwd) * X * a;" "return (uint64_t)(pp->m - 1) * (fwd + bwd) * X * a;" \
-        pp4-1f1b --pp 4 --pp-schedule 1f1b --grad-accum 4
+    # the formulas of test/perturbations.py: ZeRO-2's gradient not divided by N; the pipeline's
+    # bytes for m - 1 micro-batches
+    perturbed_plan "ZeRO-2 keeps the whole gradient" dp4-zero2-m2 --dp 4 --zero 2 --grad-accum 2
+    perturbed_plan "the pipeline sends one micro-batch fewer" pp4-1f1b --pp 4 --pp-schedule 1f1b --grad-accum 4
 fi
 
 # ---- --mesh auto on 8 ranks, two model sizes

@@ -19,7 +19,7 @@
 #   - bad input: more stages than layers, interleaving that does not divide the layers, m < p
 #     for the interleaved schedule, a split that does not add up, a mesh that does not divide
 #     the ranks: a clear message, non-zero exit on every rank, no hang;
-#   - the tests can fail: trainers built from perturbed copies of llmc/ (the embedding group's
+#   - the tests can fail: the trainer with deliberate bugs (test/perturbations.py: the embedding group's
 #     sum dropped; a received activation gradient ignored) must fail the equivalence check
 #     (PP_PERTURB=0 skips this part).
 set -u
@@ -36,9 +36,12 @@ D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/
 SFT="--task sft --sft-train $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin"
 # 8 layers: pp 2 and 4 with v = 2 interleaved chunks divide them; 4 heads of 16 channels for tp 2
 SHAPE="--layers 8 --heads 4 --channels 64"
-RUN="--batch 8 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
+# 6 steps: every piece of state crosses a step (AdamW m, v, t, the shards, the data position),
+# and the 5-step warmup ends
+STEPS=6
+RUN="--batch 8 --seq 32 --steps $STEPS --lr 1e-3 --warmup 5"
 MODEL="$SHAPE $RUN"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1"
 
 # single-rank references (ref: test/lib_mpi.sh)
 for m in 1 2 4 8; do ref "m$m" --grad-accum "$m"; done
@@ -52,16 +55,16 @@ check() {
     grep -q "^pp memory check ok" "$out" || bad="pipeline memory lines"
     grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
     steps=$(grep -c "pp comm | sent .* check ok" "$out")
-    [ "$steps" -eq 20 ] || bad="$bad bytes/in-flight = formula/schedule in $steps of 20 steps"
+    [ "$steps" -eq $STEPS ] || bad="$bad bytes/in-flight = formula/schedule in $steps of $STEPS steps"
     if [[ " $* " == *" --tp "* ]]; then   # with tensor parallelism: the stage's tp bytes too (tp.h's formula per stage)
         steps=$(grep -c "tp comm | sent .* equal)" "$out")
-        [ "$steps" -eq 20 ] || bad="$bad tp bytes = formula in $steps of 20 steps"
+        [ "$steps" -eq $STEPS ] || bad="$bad tp bytes = formula in $steps of $STEPS steps"
         grep -q "^tp memory check ok" "$out" || bad="$bad tp memory lines"
     fi
     if [ -n "$bad" ]; then
         fail "$label: $bad" "$(grep -E 'memory check|pp comm \|' "$out" | head -3)"
     else
-        pass "$label: bytes = formula, in flight = schedule on all 20 steps ($(grep -m1 'pp comm | sent' "$out" | grep -o 'in flight [0-9]* (schedule [0-9]*)'))"
+        pass "$label: bytes = formula, in flight = schedule on all $STEPS steps ($(grep -m1 'pp comm | sent' "$out" | grep -o 'in flight [0-9]* (schedule [0-9]*)'))"
     fi
 }
 
@@ -139,14 +142,11 @@ expect_all "chunks without the interleaved schedule" "--pp-chunks" 2 $TRAIN --pp
 expect_all "ZeRO-3 with a pipeline" "--zero 3 with --pp" 4 $TRAIN --pp 2 --zero 3
 expect_all "ZB-H1 with sequence parallelism" "zb-h1 with --sp is not built" 4 $TRAIN --pp 2 --tp 2 --sp --pp-schedule zb-h1
 
-# --- the tests can fail: perturbed copies of llmc/ must break the equivalence
+# --- the tests can fail: deliberate bugs (test/perturbations.py says what each changes) must
+# break the equivalence
 # shellcheck disable=SC2086
 if [ "${PP_PERTURB:-1}" = "1" ]; then
-    perturb "embedding group: dwte not summed" llmc/parallel/pp.h \
-        'if (pp->p > 1 && (m->place.has_embedding || m->place.has_head)) {' 'if (0) {' \
-        m4 $D $MODEL $QUIET --pp 2 --grad-accum 4
-    perturb "a received activation gradient ignored" llmc/parallel/pp.h \
-        'copy_device_to_device(model->bufs.dresidual, pp->grad_recv,' 'copy_device_to_device(model->bufs.dln, pp->grad_recv,' \
-        m4 $D $MODEL $QUIET --pp 2 --grad-accum 4
+    perturb "embedding group: dwte not summed" m4 $D $MODEL $QUIET --pp 2 --grad-accum 4
+    perturb "a received activation gradient ignored" m4 $D $MODEL $QUIET --pp 2 --grad-accum 4
 fi
 exit 0

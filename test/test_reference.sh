@@ -20,35 +20,38 @@ mkdir -p "$dir"
 
 # a Python that has torch: $PYTHON, python3 on PATH, or Debian's /usr/bin/python3
 py=""
+# (found without importing them: importing torch takes seconds, and jobs.py does it once)
 for cand in ${PYTHON:-} python3 /usr/bin/python3; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, numpy" >/dev/null 2>&1; then py=$cand; break; fi
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import importlib.util as u, sys
+sys.exit(not (u.find_spec('torch') and u.find_spec('numpy')))" >/dev/null 2>&1; then py=$cand; break; fi
 done
 if [ -z "$py" ]; then
     echo "FAIL PyTorch is not importable by python3 or /usr/bin/python3: install it with"
     echo "     'apt-get install python3-torch' (or run scripts/install_deps.sh)"
     exit 1
 fi
-echo "reference python: $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
-"$py" test/reference/gpt2.py --self-test || exit 1
+echo "reference python: $py"
 "$bin" --write-inputs "$dir" || exit 1
-"$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref.bin" || exit 1
-"$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_masked.bin" || exit 1
+# every reference in one Python process (test/reference/jobs.py), each computed once for the same
+# inputs: the CUDA builds' runs of this script find the CPU build's references in the cache
+jobs=("gpt2.py --self-test"
+      "gpt2.py --model $dir/model.bin --batch $dir/batch.bin --out $dir/ref.bin"
+      "gpt2.py --model $dir/model.bin --batch $dir/batch_masked.bin --out $dir/ref_masked.bin")
 for m in moe_a moe_b moe_c moe_d; do
-    "$py" test/reference/gpt2.py --model "$dir/${m}_model.bin" --batch "$dir/batch.bin" --out "$dir/${m}_ref.bin" || exit 1
+    jobs+=("gpt2.py --model $dir/${m}_model.bin --batch $dir/batch.bin --out $dir/${m}_ref.bin")
 done
-"$py" test/reference/gpt2.py --model "$dir/moe_a_model.bin" --batch "$dir/batch_masked.bin" \
-    --out "$dir/moe_a_ref_masked.bin" || exit 1
+jobs+=("gpt2.py --model $dir/moe_a_model.bin --batch $dir/batch_masked.bin --out $dir/moe_a_ref_masked.bin")
 for case in rl_grpo_kl rl_top1; do
-    "$py" test/reference/rlvr.py --model "$dir/model.bin" --ref-model "$dir/ref_model.bin" --case "$dir/$case.bin" \
-        --out "$dir/${case}_ref.bin" || exit 1
+    jobs+=("rlvr.py --model $dir/model.bin --ref-model $dir/ref_model.bin --case $dir/$case.bin --out $dir/${case}_ref.bin")
 done
+if [ "$bin" = "./test_gpt2cpu" ]; then
+    jobs+=("gpt2.py --model $dir/model.bin --batch $dir/batch.bin --out $dir/ref_bf16.bin --dtype bfloat16"
+           "gpt2.py --model $dir/model.bin --batch $dir/batch_masked.bin --out $dir/ref_bf16_masked.bin --dtype bfloat16")
+fi
+"$py" test/reference/jobs.py --cache build/reference-cache "${jobs[@]}" || exit 1
 "$bin" --check "$dir"
 status=$?
 if [ "$bin" = "./test_gpt2cpu" ]; then
-    "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch.bin" --out "$dir/ref_bf16.bin" \
-        --dtype bfloat16 || exit 1
-    "$py" test/reference/gpt2.py --model "$dir/model.bin" --batch "$dir/batch_masked.bin" --out "$dir/ref_bf16_masked.bin" \
-        --dtype bfloat16 || exit 1
     "$bin" --check "$dir" --precision bf16 || status=1
     # the bf16 check can fail: a CPU backend that does not round at all must miss its tolerances
     # (the CUDA build's bf16-against-fp32 ones would let it pass)

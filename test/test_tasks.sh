@@ -139,6 +139,7 @@ bad "prompt + completion longer than --seq" "too short for the longest prompt" -
 lab() {   # lab LABEL BASE_SEED WANT-BASES: run the lab for seeds 1 2, check its CSV and report
     local label=$1 base=$2 want=$3 out="$dir/lab_$2"
     if ! SEEDS="1 2" BASE_SEED=$base PRE_STEPS=20 SFT_STEPS=4 RL_STEPS=3 EXAMPLES=20 THREADS=1 OUT="$out" \
+            MODEL_FLAGS="--layers 2 --heads 4 --channels 64" RL_BATCH=16 \
             timeout 300 bash scripts/lab_tasks.sh >"$out.out" 2>&1; then
         fail "lab ($label): the script failed: $(tail -2 "$out.out")"; return
     fi

@@ -16,7 +16,7 @@
 #   - SP divides the activations: tp 2 + SP holds fewer bytes per rank than tp 2;
 #   - bad input: heads, ranks, --sp without --tp, a sequence that does not split: a clear
 #     message on every rank, non-zero exit, no hang;
-#   - the tests can fail: trainers built from perturbed copies of llmc/ (the f operator's
+#   - the tests can fail: the trainer with deliberate bugs (test/perturbations.py: the f operator's
 #     backward all-reduce dropped; the loss's max taken per rank instead of over tp) must fail
 #     the equivalence check (TP_PERTURB=0 skips this part, about a minute).
 set -u
@@ -33,9 +33,12 @@ D="--train-data $T/data/train_*.bin --val-data $T/data/val_*.bin --tokenizer $T/
 SFT="--task sft --sft-train $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin"
 # 3 layers, 4 heads of 16 channels: tp 2 and 4 divide heads, channels and the padded vocab (320)
 SHAPE="--layers 3 --heads 4 --channels 64"
-RUN="--batch 8 --seq 32 --steps 20 --lr 1e-3 --warmup 5"
+# 6 steps: every piece of state crosses a step (AdamW m, v, t, the shards, the data position),
+# and the 5-step warmup ends
+STEPS=6
+RUN="--batch 8 --seq 32 --steps $STEPS --lr 1e-3 --warmup 5"
 MODEL="$SHAPE $RUN"
-QUIET="--eval-every 0 --accuracy 0 --sample-every 0 --threads 1"
+QUIET="--eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 --threads 1"
 
 # single-rank references (ref: test/lib_mpi.sh)
 ref ref1
@@ -53,11 +56,11 @@ check() {
     grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
     local steps
     steps=$(grep -c "tp comm | sent .* equal)" "$out")
-    [ "$steps" -eq 20 ] || bad="$bad tp bytes = formula in $steps of 20 steps"
+    [ "$steps" -eq $STEPS ] || bad="$bad tp bytes = formula in $steps of $STEPS steps"
     if [ -n "$bad" ]; then
         fail "$label: $bad" "$(grep -E 'memory check|tp memory|tp comm \|' "$out" | head -4)"
     else
-        pass "$label: memory per rank = formula (tp lines and the table), tp bytes = formula on all 20 steps ($(grep -m1 'tp comm | sent' "$out" | grep -o 'sent *[0-9.]* MiB' | tr -s ' ') per step)"
+        pass "$label: memory per rank = formula (tp lines and the table), tp bytes = formula on all $STEPS steps ($(grep -m1 'tp comm | sent' "$out" | grep -o 'sent *[0-9.]* MiB' | tr -s ' ') per step)"
     fi
 }
 
@@ -79,7 +82,7 @@ MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --lo
 
 # --- generation under tp (llmc/generate.h: every rank of the group runs it, rows of logits gathered):
 # samples and greedy exact-match accuracy of a tp 2 + SP run equal one rank's
-gen="$SHAPE --batch 8 --seq 32 --steps 20 --lr 1e-3 --eval-every 10 --sample-every 10 --sample-len 24 --accuracy 30 --threads 1"
+gen="$SHAPE --batch 8 --seq 32 --steps 10 --lr 1e-3 --eval-every 5 --sample-every 5 --sample-len 24 --accuracy 30 --threads 1"
 # shellcheck disable=SC2086
 ./train_gpt2cpu $D $gen >"$T/gen1.out" 2>&1
 # shellcheck disable=SC2086
@@ -96,13 +99,18 @@ fi
 # policy): top1 (A = r, which is not 0 here, where GRPO's group-normalised A still is)
 Q2="--threads 2 --eval-every 0 --accuracy 0 --sample-every 0"
 # shellcheck disable=SC2086
-./train_gpt2cpu $D $Q2 $SHAPE --steps 300 --batch 16 --seq 64 --lr 3e-3 --save "$T/pre.bin" >/dev/null 2>&1 &&
-    ./train_gpt2cpu $D $Q2 $SFT --load "$T/pre.bin" --steps 150 --lr 2e-3 --batch 16 --seq 32 --save "$T/sft.bin" >/dev/null 2>&1 ||
+./train_gpt2cpu $D $Q2 $SHAPE --steps 100 --batch 16 --seq 64 --lr 3e-3 --save "$T/pre.bin" >/dev/null 2>&1 &&
+    ./train_gpt2cpu $D $Q2 $SFT --load "$T/pre.bin" --steps 40 --lr 2e-3 --batch 16 --seq 32 --save "$T/sft.bin" >/dev/null 2>&1 ||
     fail "RLVR: the pre-training and SFT runs that make its starting point"
 RL="--task rlvr --prompts $T/data/sft_train_*.bin --sft-val $T/data/sft_val_*.bin --load $T/sft.bin --steps 5 --lr 1e-4 --batch 8 \
     --group 1 --rl-mode top1 --reward exact+format --kl 0.1 --threads 1 --eval-every 0 --accuracy 0 --sample-every 0 --seq 32"
 # shellcheck disable=SC2086
 ./train_gpt2cpu $D $RL --log "$T/rl1.log" --save "$T/rl1.bin" >"$T/rl1.out" 2>&1 || fail "RLVR: the single-rank run"
+# the comparison is only worth something where the policy-gradient term is not 0: every step's
+# completions must earn a reward (the format reward, long before the answers are right)
+rewarded=$(grep -c "rl | reward [0-9.]*[1-9]" "$T/rl1.out")
+[ "$rewarded" -eq 5 ] && pass "RLVR's starting point earns rewards on all 5 steps: $(grep -m1 'rl | reward' "$T/rl1.out" | cut -c1-60)" ||
+    fail "RLVR's starting point: rewards on $rewarded of 5 steps (the policy gradient would be 0)" "$(grep -m2 'rl | reward' "$T/rl1.out")"
 for entry in "2|tp 2 + SP|--tp 2 --sp" "4|dp 2 x tp 2 + SP, ZeRO-3|--tp 2 --sp --zero 3"; do
     IFS='|' read -r np name flags <<<"$entry"
     rm -f "$T/rl.log" "$T/rl.bin"
@@ -142,14 +150,11 @@ expect_all "a mesh that does not match the ranks" "but mpirun started" 2 $TRAIN 
 expect_all "tp that does not divide the padded vocabulary" "does not divide the padded vocabulary 320" 3 \
     ./train_gpt2cpu $D $QUIET --layers 2 --heads 3 --channels 48 --tp 3
 
-# --- the tests can fail: perturbed copies of llmc/ must break the equivalence
+# --- the tests can fail: deliberate bugs (test/perturbations.py says what each changes) must
+# break the equivalence
 # shellcheck disable=SC2086
 if [ "${TP_PERTURB:-1}" = "1" ]; then
-    perturb "f backward: all-reduce dropped" llmc/parallel/tp.h \
-        'tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), COMM_FLOATX, COMM_SUM);' '(void)dx_full;' \
-        ref1 $D $MODEL $QUIET --tp 2
-    perturb "loss: local max instead of the max over tp" llmc/parallel/vocab.h \
-        'tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);' '(void)maxes;' \
-        ref1 $D $MODEL $QUIET --tp 2
+    perturb "f backward: all-reduce dropped" ref1 $D $MODEL $QUIET --tp 2
+    perturb "loss: local max instead of the max over tp" ref1 $D $MODEL $QUIET --tp 2
 fi
 exit 0

@@ -28,6 +28,11 @@ static inline void ddp_allreduce_bucket(DataParallel* dp, int b) {
     char name[64];
     snprintf(name, sizeof(name), "all-reduce bucket %d", b);
     bk->reduce_ticket = dp_enqueue(dp, name, [dp, bk] { dp_allreduce_avg(dp, bk->grad, bk->padded); });
+    // --trace: the hand-over itself, an instant on the compute track. Its place among the compute
+    // track's "backward block" events shows the overlap in program order: the backward of the
+    // earlier blocks runs after it, whenever the communication thread gets to the all-reduce.
+    snprintf(name, sizeof(name), "hand over all-reduce bucket %d", b);
+    trace_event(name, 0, trace_now());
 }
 
 // every rank owns everything: its norm is the whole model's, no all-reduce of it

@@ -47,6 +47,22 @@
 // The trainer computes a step's mean loss (plan_mean) only after the update, so a worker's loss
 // for clock c travels with its next message (the next push, the final barrier or its goodbye);
 // the server's log (--ps-log) is written at the end, once every loss is in.
+//
+// A straggler without a clock: --straggler hold:RANK (llmc/guard.h). A sleeping straggler
+// (RANK:MS) is slow in wall time, so what it does to the schedule depends on the machine's load.
+// The held rank is slow in ORDER instead: the server takes its request only when no other
+// worker can move, i.e. every other worker waits for an answer (a push the bound holds back, the
+// barrier) or has said goodbye (psa_hold_back). That is the worst schedule the rules allow, and
+// it is reached on every run:
+//   SSP, S    the others push clocks 0 .. S at once, then wait for the held rank at every clock:
+//             each of their gradients from clock S on is exactly S stale, and none of them is
+//             ever more than S steps ahead of it (the straggler sets the pace)
+//   async     nothing waits for the held rank: the others do all their steps before the server
+//             takes its first push, which is then (N - 1) x steps updates stale
+//   S = 0     the synchronous server, bit for bit, whoever comes last
+// The server counts, whatever the straggler, how often the bound held a push back (per worker)
+// and how far a worker went on ahead of the slowest: the summary prints them; the test reads
+// them and --ps-log, not times.
 #pragma once
 
 #include <atomic>
@@ -124,6 +140,9 @@ struct PSAsync {
     uint64_t server_bytes;                 // sent by the server (to ranks 1 .. N-1)
     long answers_remote;                   // its answers to ranks 1 .. N-1
     int barriers;                          // barriers completed
+    int held;                              // --straggler hold:RANK: served only when no other worker can move (-1: none)
+    std::vector<int> bound_waits;          // per worker: its pushes the bound held back (not answered on arrival)
+    int max_ahead;                         // the most steps a worker was let go on ahead of the slowest
     double t0;
     // records (the server writes them; the main thread reads them once the server is idle)
     std::mutex mu;
@@ -138,6 +157,7 @@ struct PSAsync {
 #ifndef USE_MPI
 #define MPI_ANY_SOURCE (-1)
 static inline int MPI_Test(MPI_Request*, int* flag, MPI_Status*) { *flag = 1; return MPI_SUCCESS; }
+static inline int MPI_Iprobe(int, int, MPI_Comm, int* flag, MPI_Status*) { *flag = 0; return MPI_SUCCESS; }
 #endif
 
 #ifdef LLMC_CPU
@@ -172,6 +192,23 @@ static inline void psa_recv_poll(const PSAsync* a, void* buf, size_t bytes, int 
     MPI_Irecv(buf, psa_count(bytes), MPI_BYTE, src, tag, a->mpi, &req);
     psa_wait(&req, st);
 }
+// The next request to the server, from any rank but `skip` (-1: from any, in the order they
+// come). A rank's requests stay queued in MPI until received, so skipping one is to probe the
+// others (MPI_Iprobe, each in turn) and receive from the first that has one.
+static inline void psa_recv_request(const PSAsync* a, PSAMessage* h, int skip, MPI_Status* st) {
+    if (skip < 0) { psa_recv_poll(a, h, sizeof(*h), MPI_ANY_SOURCE, PSA_TAG_REQUEST, st); return; }
+    for (;;) {
+        for (int w = 0; w < a->N; w++) {
+            int flag = 0;
+            if (w != skip) { MPI_Iprobe(w, PSA_TAG_REQUEST, a->mpi, &flag, MPI_STATUS_IGNORE); }
+            if (flag) {
+                MPI_Recv(h, (int)sizeof(*h), MPI_BYTE, w, PSA_TAG_REQUEST, a->mpi, st);
+                return;
+            }
+        }
+        usleep(50);
+    }
+}
 // a device buffer of n floatX: straight from/to it on the CPU backend, through stage on CUDA
 static inline void psa_send_dev(const PSAsync* a, const floatX* dev, size_t n, floatX* stage, int dst, int tag,
                                 uint64_t* counter, int me) {
@@ -187,6 +224,28 @@ static inline void psa_recv_dev(const PSAsync* a, floatX* dev, size_t n, floatX*
 
 // ---------------------------------------------------------------------------------------
 // The server
+
+// --straggler hold:RANK: must the held rank's requests wait? Yes while some other worker can still
+// move: it has no request waiting here (a push the bound holds back, the barrier) and has not
+// said goodbye. Every other worker then sends its next request before the held one is taken.
+// (No deadlock: in this mode the workers meet nowhere else between two requests, plan_mean
+// returns a worker's own loss, so a worker that cannot move is always waiting here.)
+static inline int psa_hold_back(const PSAsync* a, const std::vector<PSAMessage>& waiting, const std::vector<char>& gone) {
+    if (a->held < 0) { return 0; }
+    std::vector<char> stuck(gone);
+    for (const PSAMessage& m : waiting) { stuck[m.worker] = 1; }
+    for (int w = 0; w < a->N; w++) {
+        if (w != a->held && !stuck[w]) { return 1; }
+    }
+    return 0;
+}
+
+// The answer to worker w's push lets it go on to its next step: how far ahead of the slowest
+// worker (steps pushed) is it then? SSP answers only once the slowest is at most S behind.
+static inline void psa_note_ahead(PSAsync* a, int w) {
+    int slowest = *std::min_element(a->pushes.begin(), a->pushes.end());
+    a->max_ahead = std::max(a->max_ahead, a->pushes[w] - slowest);
+}
 
 // The parameters to worker w (the answer to its push or barrier)
 static inline void psa_answer(DataParallel* dp, int w) {
@@ -270,11 +329,12 @@ static inline void psa_server_main(DataParallel* dp) {
     comm_bind_thread(dp->comm);         // CUDA: this thread on the rank's GPU
     int N = a->N, done = 0;
     std::vector<PSAMessage> waiting;    // requests not answered yet
+    std::vector<char> gone(N, 0);       // the workers that said goodbye
     int at_barrier = 0;
     while (done < N) {
         PSAMessage h;
         MPI_Status st;
-        psa_recv_poll(a, &h, sizeof(h), MPI_ANY_SOURCE, PSA_TAG_REQUEST, &st);
+        psa_recv_request(a, &h, psa_hold_back(a, waiting, gone) ? a->held : -1, &st);
         int w = st.MPI_SOURCE;
         if (h.worker != w || h.kind < PSA_PUSH || h.kind > PSA_DONE) {
             die("--ps-async/--staleness: the server got a malformed request from rank %d (kind %d, worker %d)", w, h.kind, h.worker);
@@ -284,7 +344,7 @@ static inline void psa_server_main(DataParallel* dp) {
             if ((int)a->losses[w].size() <= h.loss_clock) { a->losses[w].resize(h.loss_clock + 1, NAN); }
             a->losses[w][h.loss_clock] = h.loss;
         }
-        if (h.kind == PSA_DONE) { done++; continue; }
+        if (h.kind == PSA_DONE) { done++; gone[w] = 1; continue; }
         if (h.kind == PSA_BARRIER) {
             waiting.push_back(h);
             at_barrier++;
@@ -302,6 +362,7 @@ static inline void psa_server_main(DataParallel* dp) {
                 a->last_norm = psa_apply(a, &h);
                 a->sversion += 1;
                 psa_record(a, a->last_norm, {w}, {h.clock}, {stale});
+                psa_note_ahead(a, w);
                 psa_answer(dp, w);   // the current parameters, this push's update included
                 continue;
             }
@@ -315,11 +376,13 @@ static inline void psa_server_main(DataParallel* dp) {
             a->slot_clock[k] = h.clock;
             waiting.push_back(h);
             while (psa_try_clock(dp)) {}
+            if (h.want > a->sversion) { a->bound_waits[w]++; }   // the bound holds it back: the others must push first
         }
         // answer the pushes whose wanted version is there; the barrier once every worker is at it
         // (then no push can be in flight: all parameters are final until the answers go out)
         for (size_t i = 0; i < waiting.size();) {
             if (waiting[i].kind == PSA_PUSH && waiting[i].want <= a->sversion) {
+                psa_note_ahead(a, waiting[i].worker);
                 psa_answer(dp, waiting[i].worker);
                 waiting.erase(waiting.begin() + (long)i);
             } else {
@@ -400,12 +463,18 @@ static inline void psa_barrier(DataParallel* dp) {
 // ---------------------------------------------------------------------------------------
 // The mode's table
 
+// --straggler hold:RANK, handed over by llmc/guard.h (guard_init runs before the model and the
+// data-parallel layer are made, so the server knows it before its thread starts)
+static int g_psa_held = -1;
+static inline void ps_async_hold(int rank) { g_psa_held = rank; }
+
 // From dp_init (the flags): nothing without --ps-async or --staleness
 static inline void ps_async_create(DataParallel* dp, int async, int staleness) {
     if (!async && staleness < 0) { return; }
     PSAsync* a = new PSAsync();
     a->async = async;
     a->S = async ? 0 : staleness;
+    a->held = g_psa_held;
     dp->async = a;
 }
 
@@ -466,6 +535,8 @@ static inline void ps_async_init(DataParallel* dp) {
         a->pushes.assign(a->N, 0);
         a->first_push.assign(a->N, 0.0);
         a->last_push.assign(a->N, 0.0);
+        a->bound_waits.assign(a->N, 0);
+        a->max_ahead = 0;
     }
     MPI_Barrier(a->mpi);   // every worker has its communicator before the first request
     a->t0 = wall_seconds();
@@ -539,9 +610,15 @@ static inline void ps_async_summary(DataParallel* dp, const char* log_path) {
            a->updates.size(), a->updates.empty() ? 0.0 : a->updates.back().seconds, a->barriers);
     for (int w = 0; w < a->N; w++) {
         double span = a->last_push[w] - a->first_push[w];
-        printf("  worker %d   %d steps, %.2f steps/s (%.1f ms a step, between its first and last push)\n", w, a->pushes[w],
-               span > 0 ? (a->pushes[w] - 1) / span : 0.0, a->pushes[w] > 1 ? 1e3 * span / (a->pushes[w] - 1) : 0.0);
+        printf("  worker %d   %d steps, %.2f steps/s (%.1f ms a step, between its first and last push), held back by the bound "
+               "%d times%s\n", w, a->pushes[w], span > 0 ? (a->pushes[w] - 1) / span : 0.0,
+               a->pushes[w] > 1 ? 1e3 * span / (a->pushes[w] - 1) : 0.0, a->bound_waits[w],
+               w == a->held ? " (the held straggler: served last)" : "");
     }
+    char bound[32] = "no bound";
+    if (!a->async) { snprintf(bound, sizeof(bound), "SSP: at most S = %d", a->S); }
+    printf("  ahead      a worker went on at most %d step(s) ahead of the slowest (steps pushed, when the server let it go on; %s)\n",
+           a->max_ahead, bound);
     std::map<int, long> hist;
     long total = 0;
     int worst = 0;

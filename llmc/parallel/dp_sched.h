@@ -44,8 +44,19 @@
 // What priority buys (ps): the next forward starts after the root's and block 0's chunks,
 //   t_first ~ (a Psi_0 / S)(N-1) beta   instead of   (N-1) a Psi/S beta   (the whole pull),
 // with Psi_0 the parameters of the root and block 0; the rest of the pull overlaps the forward.
+//
+// What is counted (ps), after each update, in chunks rather than milliseconds, so that it is
+// the same on every run: the communication thread runs one chunk at a time, so the forward of
+// block l can start only once every chunk ahead of its own last one has been pulled. The thread
+// numbers the pull chunks in the order it runs them; the step line then says in which order the
+// units came and how many chunks the forward of block 0 waited for:
+//   priority  root, block 0, 1, ..., L-1: block 0 waits for n_root + n_0 of the n chunks
+//   fifo      block L-1, ..., 0, root:    block 0 waits for all n (the root comes last)
+// (The milliseconds, from the update to the forward of block 0 and to the last chunk, are printed
+// beside them; they depend on the machine's load: scripts/lab_ps.sh compares them.)
 #pragma once
 
+#include <string>
 #include <vector>
 #include "../comm/ps.h"
 #include "dp_mode.h"
@@ -66,6 +77,15 @@ struct DPSched {
     std::vector<std::vector<long>> pull_tickets;        // ps: per unit, its pull chunks of this step
     std::vector<int> unit_waited;              // ps: this step's forward has waited for the unit
     int chunks_per_step;                       // chunks sent per step (push + pull, or all-reduce)
+    // ps: the pull of the last update, counted by the communication thread as it runs the chunks
+    int pulled;                                // its chunks run so far
+    std::vector<int> unit_pulled_at;           // per unit: the place of its last chunk in the pull (1..; 0: none yet)
+    std::vector<int> pull_order;               // the units, in the order their first chunk ran
+    // ps: the previous pull, closed by the update that followed it (the step line and the summary)
+    std::vector<int> shown_order;
+    int shown_chunks, shown_block0, shown_block0_own;   // its chunks; the chunks block 0 waited for; the root's and block 0's own
+    std::vector<int> first_order;              // the first pull's order, and how many pulls had the same
+    int first_block0, pulls, orders_alike, block0_alike;
     double update_end;                         // when the servers' AdamW ended (trace clock)
     double first_forward;                      // seconds from update_end to the next forward of block 0 (-1: not seen)
     double last_pull_done;                     // seconds from update_end to the last parameter chunk's arrival
@@ -90,6 +110,9 @@ static inline void sched_create(DataParallel* dp, int chunk_kb, int priority) {
     s->shown_first = s->shown_last = -1.0;
     s->sum_first_forward = s->sum_last_pull = 0.0;
     s->measured = 0;
+    s->pulled = 0;
+    s->shown_chunks = s->shown_block0 = s->shown_block0_own = 0;
+    s->first_block0 = s->pulls = s->orders_alike = s->block0_alike = 0;
     s->bytes_mark = s->bytes_prev_mark = dp->comm->bytes_sent;
     dp->sched = s;
     dp->agree_order = priority;   // fifo: every rank already runs its queue in ticket order
@@ -131,6 +154,7 @@ static inline void sched_ps_layout(DataParallel* dp) {
     }
     s->pull_tickets.assign(dp->num_units, std::vector<long>());
     s->unit_waited.assign(dp->num_units, 1);
+    s->unit_pulled_at.assign(dp->num_units, 0);
 }
 
 // push one chunk: the server receives it from every other rank and adds it to its own, in the
@@ -159,8 +183,11 @@ static inline void sched_pull_chunk(DataParallel* dp, const SchedChunk& c) {
     } else {
         for (int k = 1; k < p; k++) { comm_send(comm, w, c.count, COMM_FLOATX, (r + k) % p); }
     }
-    DPSched* s = dp->sched;
-    s->last_pull_done = std::max(s->last_pull_done, trace_now() - s->update_end);   // (read only once all pulls are done)
+    DPSched* s = dp->sched;   // (the main thread reads what follows only once every pull is done)
+    s->last_pull_done = std::max(s->last_pull_done, trace_now() - s->update_end);
+    s->pulled++;              // this chunk's place in the pull: the thread runs one chunk at a time
+    if (s->unit_pulled_at[c.unit] == 0) { s->pull_order.push_back(c.unit); }
+    s->unit_pulled_at[c.unit] = s->pulled;
 }
 
 static inline const char* sched_unit_name(const DataParallel* dp, int unit, char* buf, size_t n) {
@@ -235,6 +262,26 @@ static inline void ps_sched_init(DataParallel* dp) {
 
 static inline void ps_sched_zero_grad(DataParallel* dp) { gpt2_zero_grad(dp->model); }
 
+// The pull of the last update is over: what block 0's forward waited for, kept for the step line.
+// The forward of block 0 needs the root's chunks and its own; the thread ran every chunk ahead
+// of the last of them first, so it waited for that chunk's place in the pull.
+static inline void sched_close_pull(DataParallel* dp) {
+    DPSched* s = dp->sched;
+    if (s->pulled == 0) { return; }   // the first update: nothing was pulled before it
+    int root = dp->root_unit;
+    s->shown_order = s->pull_order;
+    s->shown_chunks = s->pulled;
+    s->shown_block0 = std::max(s->unit_pulled_at[0], root >= 0 ? s->unit_pulled_at[root] : 0);
+    s->shown_block0_own = (int)s->unit_chunks[0].size() + (root >= 0 ? (int)s->unit_chunks[root].size() : 0);
+    if (s->pulls == 0) { s->first_order = s->shown_order; s->first_block0 = s->shown_block0; }
+    s->pulls++;
+    s->orders_alike += s->shown_order == s->first_order;
+    s->block0_alike += s->shown_block0 == s->first_block0;
+    s->pulled = 0;
+    s->pull_order.clear();
+    for (size_t u = 0; u < s->unit_pulled_at.size(); u++) { s->unit_pulled_at[u] = 0; }
+}
+
 // all pushes in -> the servers' AdamW (dp_update_owned, as the plain server) -> every pull
 // chunk queued at once, in the order the gradients came (fifo) or by priority; the forward of the
 // next step waits for each unit's chunks only when it reaches the unit
@@ -242,7 +289,8 @@ static inline float ps_sched_update(DataParallel* dp, float lr, float beta1, flo
                                     float grad_clip) {
     DPSched* s = dp->sched;
     float norm = dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);   // waits for every push
-    s->shown_first = s->first_forward;   // the previous update's figures (its pulls are all done: the forward waited)
+    sched_close_pull(dp);                // the previous update's pull (all done: the forward waited for every unit)
+    s->shown_first = s->first_forward;   // and its times
     s->shown_last = s->last_pull_done;
     s->first_forward = s->last_pull_done = -1.0;
     s->update_end = trace_now();
@@ -355,20 +403,34 @@ static inline void sched_print_plan(const DataParallel* dp) {
            s->priority ? ", the order agreed by rank 0's broadcast" : "");
 }
 
-// the parameter server's pull: when block 0 could start the next forward and when the last
-// chunk arrived, after the servers' update (reported one step late: they happen in the next step)
+// "root, block 0, block 1" (the units of a pull in the order they came)
+static inline std::string sched_order_text(const DataParallel* dp, const std::vector<int>& order) {
+    std::string out;
+    char u[32];
+    for (size_t i = 0; i < order.size(); i++) { out += (i ? ", " : "") + std::string(sched_unit_name(dp, order[i], u, sizeof(u))); }
+    return out;
+}
+
+// the parameter server's pull, after the servers' update (reported one step late: it happens in
+// the next step): in which order the units came, how many chunks the forward of block 0 waited
+// for (counted), and when block 0 could start and the last chunk arrived (measured)
 static inline void sched_report_step(DataParallel* dp, int step) {
     DPSched* s = dp->sched;
     if (!s || dp->ops != &DP_MODE_PS_SCHED || s->shown_first < 0.0 || s->shown_last < 0.0) { return; }
-    printf("     sched | after the previous update: forward of block 0 after %.2f ms, the last parameter chunk after %.2f ms\n",
-           s->shown_first * 1e3, s->shown_last * 1e3);
+    printf("     sched | the previous update's pull: %s | the forward of block 0 waited for %d of the %d chunks (the root's "
+           "and block 0's: %d) | after %.2f ms, the last chunk after %.2f ms\n", sched_order_text(dp, s->shown_order).c_str(),
+           s->shown_block0, s->shown_chunks, s->shown_block0_own, s->shown_first * 1e3, s->shown_last * 1e3);
     if (step > 1) { s->sum_first_forward += s->shown_first; s->sum_last_pull += s->shown_last; s->measured++; }
 }
 
-// at the end: the means (rank 0 prints)
+// at the end (rank 0 prints): the pulls' order and block 0's wait, counted; the mean times
 static inline void sched_print_summary(const DataParallel* dp) {
     const DPSched* s = dp->sched;
-    if (!s || dp->ops != &DP_MODE_PS_SCHED || s->measured == 0) { return; }
+    if (!s || dp->ops != &DP_MODE_PS_SCHED || s->pulls == 0) { return; }
+    printf("layer-wise pull (%s, %d pulls): %s in %d of them; the forward of block 0 waited for %d of the %d chunks (the "
+           "root's and block 0's: %d) in %d of them\n", s->priority ? "priority" : "fifo", s->pulls, sched_order_text(dp, s->first_order).c_str(),
+           s->orders_alike, s->first_block0, s->shown_chunks, s->shown_block0_own, s->block0_alike);
+    if (s->measured == 0) { return; }
     printf("layer-wise pull (%s, %d steps): the next forward started %.2f ms after the update, the last parameter chunk "
            "arrived after %.2f ms\n", s->priority ? "priority" : "fifo", s->measured, s->sum_first_forward / s->measured * 1e3,
            s->sum_last_pull / s->measured * 1e3);

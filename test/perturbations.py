@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""The trainer's deliberate bugs, all in ONE build: each test that compares a parallel run with
+one rank must be seen to FAIL when the thing it checks is broken. Building one perturbed
+trainer per bug costs a full compile each (about 40 s of CPU, 24 times); here every bug below
+is compiled into one copy of the sources, each behind a switch, and the environment variable
+LLMC_PERTURB=NAME turns one of them on at run time. With LLMC_PERTURB unset the copy computes
+exactly what the real trainer computes.
+
+  python3 test/perturbations.py --out DIR    copy train_gpt2.cu and llmc/ into DIR with every
+                                             perturbation below applied in its switched form;
+                                             DIR/perturb.h (force-included by the build) holds
+                                             the switch; DIR/missing.txt lists the ones whose
+                                             text was not found (the tests then FAIL them)
+  python3 test/perturbations.py --list       the names, one per line
+
+The Makefile builds the copy as build/perturbed/train_gpt2cpu; test/lib_mpi.sh's perturbed_build
+NAME runs it with LLMC_PERTURB=NAME. A perturbation is written as the edit a person would make:
+in FILE, OLD becomes NEW. Its form says how the switch wraps it:
+  stmt  OLD is one or more whole statements: if (on) { NEW } else { OLD }
+  expr  OLD is an expression:                (on ? (NEW) : (OLD))
+AT, when given, is a longer text that holds OLD once and is itself found once in FILE (OLD alone
+would be ambiguous). To add one: a line below, then use its name in the suite that catches it.
+"""
+import os
+import shutil
+import sys
+
+# (name, file, form, old, new[, at]); the name is what the suite prints
+PERTURBATIONS = [
+    # test/test_tp.sh
+    ("f backward: all-reduce dropped", "llmc/parallel/tp.h", "stmt",
+     'tp_allreduce(tp, "TP f backward: all-reduce", dx_full, tp_full_count(at, C), COMM_FLOATX, COMM_SUM);',
+     "(void)dx_full;"),
+    ("loss: local max instead of the max over tp", "llmc/parallel/vocab.h", "stmt",
+     'tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);', "(void)maxes;"),
+    # test/test_pp.sh
+    ("embedding group: dwte not summed", "llmc/parallel/pp.h", "expr",
+     "pp->p > 1 && (m->place.has_embedding || m->place.has_head)", "0"),
+    ("a received activation gradient ignored", "llmc/parallel/pp.h", "expr",
+     "model->bufs.dresidual", "model->bufs.dln", "copy_device_to_device(model->bufs.dresidual, pp->grad_recv,"),
+    # test/test_cp.sh
+    ("the merge without the max correction", "llmc/cpu/attention_block.h", "expr",
+     "expf(*la - m)", "*la == -INFINITY ? 0.0f : 1.0f"),
+    ("the merge without the max correction", "llmc/cpu/attention_block.h", "expr",
+     "expf(lb - m)", "lb == -INFINITY ? 0.0f : 1.0f"),
+    ("a ring that skips its last step", "llmc/parallel/cp_ring.h", "expr",
+     "cp->cp", "cp->cp - 1", "for (int j = 0; j < cp->cp; j++) {   // step j: the block of rank - j"),
+    # test/test_moe.sh
+    ("expert gradients averaged over all dp ranks", "llmc/parallel/ep.h", "expr",
+     "&ep->edp", "ep->dp_comm", "Comm* group = &ep->edp;"),
+    ("a combine that ignores the gate weights", "llmc/moe.h", "stmt",
+     "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);",
+     "moe_combine(out, r->yret, r->slot_d, NULL, N, k, C, 0);"),
+    # test/test_compress.sh
+    ("no residual update", "llmc/parallel/dp_compress.h", "stmt",
+     "for (size_t i = 0; i < n; i++) { e[i] = a[i] - d[i]; }", "for (size_t i = 0; i < n; i++) { e[i] = 0.0f; }"),
+    ("sum in another order", "llmc/parallel/dp_compress.h", "expr", "(blk + t) % N", "(blk + t - 1) % N"),
+    # test/test_mixed_precision.sh
+    ("no 1/S", "llmc/gpt2.h", "expr",
+     "((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f) / model->loss_scale",
+     "((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f)"),
+    ("no skip", "llmc/loss_scale.h", "stmt", "if (s->on) { model->skip_nonfinite = 1; }", "(void)0;"),
+    # test/test_recompute.sh
+    ("selective recomputation skips the GELU", "llmc/gpt2.h", "stmt",
+     "if (dense) { gelu_forward(b->fch_gelu, b->fch, (size_t)at->B * at->T * H); }", "(void)dense;"),
+    ("full recomputation skips the MLP", "llmc/gpt2.h", "expr", "dense", "!dense",
+     "if (dense) {\n            MLPActs mlp = {b->fch, b->fch_gelu, b->fcproj};"),
+    # test/test_state.sh
+    ("data position not restored", "llmc/train_state.h", "stmt", "task->set_position(task, &pos, ppath.c_str());", ""),
+    ("AdamW t not restored", "llmc/train_state.h", "stmt", "m->step = mf.adamw_t;", ""),
+    ("AdamW m not restored", "llmc/train_state.h", "expr", "KIND_M", "KIND_V", "int kinds[3] = {KIND_M,"),
+    # test/test_planner.sh
+    ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_zero.h", "stmt",
+     "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",
+     "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad, dp->psi_pad / dp->N);"),
+    ("the pipeline sends one micro-batch fewer", "llmc/parallel/pp.h", "stmt",
+     "return (uint64_t)pp->m * (fwd + bwd) * X * a;", "return (uint64_t)(pp->m - 1) * (fwd + bwd) * X * a;"),
+    # test/test_zeropp.sh
+    ("dequantise without the scale", "llmc/cpu/quantize.h", "stmt", "return (float)q * scale;", "return (float)q;"),
+    # test/test_ps_sched.sh
+    ("priority ignored", "llmc/parallel/dp_core.h", "expr", "dp->task_prio[i] < dp->task_prio[best]", "0"),
+    ("push summed in another order", "llmc/parallel/dp_sched.h", "stmt",
+     "comm_recv(comm, inc, c.count, COMM_FLOATX, (r - k + p) % p);", "comm_recv(comm, inc, c.count, COMM_FLOATX, (r + k) % p);"),
+    # test/test_ps_async.sh: the pushes summed 1, 2, ..., N-1 (the loop runs w = N-1 down to 1)
+    ("sum order", "llmc/parallel/dp_ps_async.h", "expr", "k + w", "k + N - w",
+     "comm_reduce_local(a->grad, a->slots[k + w], dp->psi, COMM_FLOATX, COMM_AVG);"),
+    ("no staleness wait", "llmc/parallel/dp_ps_async.h", "expr", "a->async ? 0 : a->clock + 1 - a->S", "0"),
+]
+
+
+def names():
+    seen = []
+    for p in PERTURBATIONS:
+        if p[0] not in seen:
+            seen.append(p[0])
+    return seen
+
+
+def switched(form, old, new, k):
+    on = "llmc_perturbed(%d)" % k
+    if form == "stmt":
+        return "if (%s) { %s } else { %s }" % (on, new, old)
+    if form == "expr":
+        return "(%s ? (%s) : (%s))" % (on, new, old)
+    raise ValueError("form must be stmt or expr, not " + form)
+
+
+def write(out):
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    shutil.copytree("llmc", os.path.join(out, "llmc"))
+    shutil.copy("train_gpt2.cu", out)
+    all_names = names()
+    missing = []
+    for p in PERTURBATIONS:
+        name, path, form, old, new = p[:5]
+        at = p[5] if len(p) > 5 else old
+        k = all_names.index(name)
+        full = os.path.join(out, path)
+        text = open(full).read()
+        if text.count(at) != 1 or at.count(old) != 1:
+            missing.append("%s: '%s' is not in %s exactly once" % (name, at.replace("\n", "\\n"), path))
+            continue
+        text = text.replace(at, at.replace(old, switched(form, old, new, k)))
+        open(full, "w").write(text)
+    with open(os.path.join(out, "perturb.h"), "w") as f:
+        f.write("// written by test/perturbations.py: which deliberate bug is on (LLMC_PERTURB=NAME)\n")
+        f.write("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n")
+        f.write("static const char* const llmc_perturb_names[] = {\n")
+        for n in all_names:
+            f.write('    "%s",\n' % n.replace("\\", "\\\\").replace('"', '\\"'))
+        f.write("};\n")
+        f.write("static inline int llmc_perturb_parse() {\n"
+                "    const char* s = getenv(\"LLMC_PERTURB\");\n"
+                "    if (s == NULL || *s == 0) { return -1; }\n"
+                "    for (int k = 0; k < (int)(sizeof(llmc_perturb_names) / sizeof(llmc_perturb_names[0])); k++) {\n"
+                "        if (strcmp(s, llmc_perturb_names[k]) == 0) { return k; }\n"
+                "    }\n"
+                "    fprintf(stderr, \"error: LLMC_PERTURB='%s': no such perturbation (test/perturbations.py --list)\\n\", s);\n"
+                "    exit(2);\n"
+                "}\n"
+                "static inline int llmc_perturbed(int k) {\n"
+                "    static const int on = llmc_perturb_parse();\n"
+                "    return on == k;\n"
+                "}\n")
+    with open(os.path.join(out, "missing.txt"), "w") as f:
+        for m in missing:
+            f.write(m + "\n")
+    for m in missing:
+        print("perturbations.py: " + m, file=sys.stderr)
+
+
+def main():
+    out = os.path.abspath(sys.argv[2]) if len(sys.argv) == 3 and sys.argv[1] == "--out" else None
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    if sys.argv[1:] == ["--list"]:
+        print("\n".join(names()))
+    elif out:
+        write(out)
+    else:
+        sys.exit(__doc__)
+
+
+main()
