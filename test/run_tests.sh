@@ -28,16 +28,16 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # TIER: fast (in make test-fast and make test) or full (make test only).
 # LANE: 1 or 2. The suites of a lane run one after another, the two lanes side by side; put
 # suites that write the same files (a build/ directory, a binary) in the same lane, and keep
-# the lanes about equally long (each suite's time is printed beside its name). The mpirun
-# suites are slower beside another suite (collectives: 55 s alone, 250 s beside nvcc), but
-# the two lanes still finish sooner than one: make test's suites took 533 s in two lanes; in
-# one lane they took 610 s before the emulated suites (about 90 s more) were added. (Lane 2
-# at a lower priority was tried: the MPI ranks, which spin while they wait, then starve it,
-# and the suites took 667 s.)
+# the lanes about equally long (each suite's time is printed beside its name, the five slowest
+# at the end). A suite is much slower beside another one than alone (tensor-parallel: 26 s alone,
+# 156 s beside nvcc; the mpirun suites' ranks spin while they wait, and share the two cores with
+# the other lane), but the two lanes still finish sooner than one. (Lane 2 at a lower priority
+# was tried: the MPI ranks then starve it.)
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
-# Measured alone on 2 idle cores: nvcc 330 s, data-parallel 95, tasks 85, collectives 55,
-# build-config 20, collbench 15, pipeline 50, errors 35 (doc/errors.md's rows, four at a time),
-# failures 40 (NaN, kill, hang, full disk), the others under 10 each.
+# Measured in make test on a fresh clone (2 cores, two lanes; tests took 907 s): nvcc 201 s,
+# tensor-parallel 156, training-state 121, emu-reference 99, collectives 91, data-parallel 65,
+# errors 61 (doc/errors.md's rows, four at a time), reference 55, pipeline 53, zero-plus-plus,
+# ps-schedule and build-config 50 each, expert-parallel 48, tasks 39, the others under 40 each.
 suite kernels       fast 1 ./test_kernelscpu
 suite precision     fast 1 bash test/test_precision.sh
 suite reference     fast 2 bash test/test_reference.sh
@@ -72,7 +72,8 @@ suite ps-async      full 1 bash test/test_ps_async.sh
 suite planner       full 1 bash test/test_planner.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
-# Measured alone: emu-kernels 25 s, emu-reference 80, emu-trainer 35, emu-dp 30, emu-pp 25, emu-lab 25.
+# In the same make test: emu-reference 99 s (the CUDA builds write other inputs than the CPU build:
+# their PyTorch references are computed again), emu-tp 35, emu-pp 32, the others under 30 each.
 EMU_INC=$(make -s --no-print-directory emu-available 2>/dev/null)
 if [ -n "$EMU_INC" ]; then
     suite emu-kernels     fast 2 bash test/test_emu_kernels.sh

@@ -32,8 +32,8 @@ if [ -z "$py" ]; then
 fi
 echo "reference python: $py"
 "$bin" --write-inputs "$dir" || exit 1
-# every reference in one Python process (test/reference/jobs.py), each computed once for the same
-# inputs: the CUDA builds' runs of this script find the CPU build's references in the cache
+# every reference in one Python process (test/reference/jobs.py: torch imported once), each
+# computed once for the same inputs (kept in build/reference-cache under a hash of the inputs)
 jobs=("gpt2.py --self-test"
       "gpt2.py --model $dir/model.bin --batch $dir/batch.bin --out $dir/ref.bin"
       "gpt2.py --model $dir/model.bin --batch $dir/batch_masked.bin --out $dir/ref_masked.bin")

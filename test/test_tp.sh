@@ -82,7 +82,7 @@ MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --lo
 
 # --- generation under tp (llmc/generate.h: every rank of the group runs it, rows of logits gathered):
 # samples and greedy exact-match accuracy of a tp 2 + SP run equal one rank's
-gen="$SHAPE --batch 8 --seq 32 --steps 10 --lr 1e-3 --eval-every 5 --sample-every 5 --sample-len 24 --accuracy 30 --threads 1"
+gen="$SHAPE --batch 8 --seq 32 --steps 10 --lr 1e-3 --eval-every 5 --eval-batches 1 --sample-every 5 --sample-len 24 --accuracy 30 --threads 1"
 # shellcheck disable=SC2086
 ./train_gpt2cpu $D $gen >"$T/gen1.out" 2>&1
 # shellcheck disable=SC2086

@@ -8,11 +8,10 @@ usage: jobs.py --cache DIR JOB [JOB ...]
       "gpt2.py --self-test"
 
 Importing PyTorch takes seconds, so one process runs them all. A result is kept in DIR under a
-key made of the scripts' source and the bytes of every input file (the --out path left out):
-the CPU build's test and the CUDA builds' tests write the same model and batches, and the second
-and third find the reference computed by the first. A job whose key is in DIR only gets its
---out file copied; a self-test whose scripts did not change is not run again. Exits non-zero as
-soon as a job fails (its own message printed).
+key made of the scripts' source and the bytes of every input file (the --out path left out): a
+job whose key is in DIR only gets its --out file copied (the same inputs again: a second run of
+the suite, or the self-test, which has none, when test_reference.sh runs for another build).
+Exits non-zero as soon as a job fails (its own message printed).
 """
 import hashlib
 import os
