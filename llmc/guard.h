@@ -8,8 +8,8 @@
 //                        checked before any work: one error before step 1, nothing written
 //   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
 //                        model, the faults the tests inject (nan, hang, kill), and the
-//                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK is
-//                        handed to the asynchronous server at guard_init: it sleeps nowhere)
+//                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK
+//                        sleeps nowhere: the asynchronous server takes that rank's requests last)
 //   guard_step_end       after the update: a non-finite loss or gradient norm stops the run,
 //                        naming the step and the first tensor whose gradient is not finite
 //                        (--on-nan stop), or skips the step's update (--on-nan skip)
@@ -338,8 +338,7 @@ static inline void guard_parse_straggler(Guard* g, const char* s) {
         if (held >= g->world_size) {
             die("--straggler %s: there are only %d ranks (0 to %d): hold one of them", s, g->world_size, g->world_size - 1);
         }
-        ps_async_hold(held);   // before plan_attach makes the server
-        return;
+        return;   // the server holds it back (DPConfig.held, llmc/parallel/dp_ps_async.h)
     }
     g->straggler_ms = atof(c + 1);
     g->straggler_rank = strncmp(s, "random:", 7) == 0 ? -1 : atoi(s);

@@ -51,6 +51,7 @@ typedef struct {
     int priority;         //   1: the chunks by priority (first layers first), 0: first come, first served
     int ps_async;         // asynchronous parameter server (dp_ps_async.h)
     int staleness;        //   stale synchronous: at most this many steps ahead of the slowest (-1: not asked for)
+    int held;             //   --straggler hold:RANK: the server serves this rank last (-1: none)
     const char* compress; // gradient compression (dp_compress.h): "none", "topk:R", "randk:R", "qsgd:B", "sign"
     int error_feedback;   //   1: what was not sent is added to the next step's gradient
 } DPConfig;
@@ -135,7 +136,7 @@ static inline void dp_init(DataParallel* dp, GPT2* model, Comm* comm, const DPCo
     dp->mem_live[MEM_ACTS] = model->acts_bytes;
     zeropp_create(dp, cfg->qwz, cfg->hpz, cfg->qgz);   // ZeRO++'s checks and hpZ's group (nothing without its flags)
     sched_create(dp, cfg->chunk_kb, cfg->priority);   // layer-wise scheduling (nothing without --comm-chunk-kb)
-    ps_async_create(dp, cfg->ps_async, cfg->staleness);   // the asynchronous server's settings (nothing without its flags)
+    ps_async_create(dp, cfg->ps_async, cfg->staleness, cfg->held);   // the asynchronous server's settings (nothing without its flags)
     dp->ops->init(dp);
     compress_create(dp, cfg->compress, cfg->error_feedback);   // gradient compression, on the mode's buckets (nothing without --compress)
     if (dp->opt->prepare) { dp->opt->prepare(dp); }

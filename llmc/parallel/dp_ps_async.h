@@ -463,18 +463,13 @@ static inline void psa_barrier(DataParallel* dp) {
 // ---------------------------------------------------------------------------------------
 // The mode's table
 
-// --straggler hold:RANK, handed over by llmc/guard.h (guard_init runs before the model and the
-// data-parallel layer are made, so the server knows it before its thread starts)
-static int g_psa_held = -1;
-static inline void ps_async_hold(int rank) { g_psa_held = rank; }
-
 // From dp_init (the flags): nothing without --ps-async or --staleness
-static inline void ps_async_create(DataParallel* dp, int async, int staleness) {
+static inline void ps_async_create(DataParallel* dp, int async, int staleness, int held) {
     if (!async && staleness < 0) { return; }
     PSAsync* a = new PSAsync();
     a->async = async;
     a->S = async ? 0 : staleness;
-    a->held = g_psa_held;
+    a->held = held;   // --straggler hold:RANK (-1: none)
     dp->async = a;
 }
 

@@ -140,6 +140,7 @@ static inline DPConfig dp_config_from_args(const TrainArgs* a, int pipeline, int
                     a->qwz, a->hpz, a->qgz,   // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
                     a->comm_chunk_kb, strcmp(a->comm_order, "priority") == 0,   // layer-wise scheduling (dp_sched.h)
                     a->ps_async, a->staleness_bound,                            // (a)synchronous server (dp_ps_async.h)
+                    a->straggler && strncmp(a->straggler, "hold:", 5) == 0 ? atoi(a->straggler + 5) : -1,
                     a->compress, strcmp(a->error_feedback, "on") == 0};         // compression (dp_compress.h)
     return cfg;
 }
