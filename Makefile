@@ -5,6 +5,7 @@
 #   make bench-cpu    GPT-2 124M training step on all cores and on one core
 #   make bench-comm   collbench: every all-reduce algorithm vs MPI's, 2 and 4 ranks (needs mpicxx)
 #   make nvcc-check   compile every .cu file with nvcc (CI does this; skipped without nvcc)
+#   make gpu-bundle   build/gpu-bundle/: the GPU check built here (no GPU needed), run with bash build/gpu-bundle/run.sh
 #   make collbenchcu  collbench on GPU buffers (nvcc + MPI + NCCL; needs a GPU to run)
 #   make train_gpt2cu test_gpt2cu test_cuda_kernelscu   the CUDA backend (PRECISION=BF16|FP32, GPU_ARCH=90; needs a GPU)
 #   make emu, make emu-lab   the CUDA sources run on the CPU under the emulator (dev/emu/; no GPU needed)
@@ -79,7 +80,7 @@ build/config/%.flags: FORCE
 .PHONY: FORCE
 
 .PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
-  nvcc-check data clean info
+  nvcc-check gpu-bundle data clean info
 
 all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
 
@@ -302,6 +303,15 @@ test_seamscu: test/test_seams.cu $(CUDA_HEADERS) build/config/test_seamscu.flags
 	$(cuda_prereqs)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
 build/config/test_seamscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
+
+# make gpu-bundle: build/gpu-bundle/, everything the GPU check runs, built here without a GPU
+# (scripts/gpu_bundle.sh: GPU_ARCHS="80 90", NVCC_JOBS); on the GPU node: bash build/gpu-bundle/run.sh
+gpu-bundle: build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
+ifeq ($(NVCC_FOUND),)
+	@echo "error: nvcc not found: make gpu-bundle needs the CUDA toolkit (not a GPU)"; exit 1
+else
+	@NVCC=$(NVCC) bash scripts/gpu_bundle.sh
+endif
 
 nvcc-check:
 ifeq ($(NVCC_FOUND),)

@@ -1,7 +1,7 @@
 # What the emulated multi-rank trainer suites share (test_emu_tp.sh, test_emu_pp.sh): source it
 # after setting T (the suite's scratch directory) and WHAT (what needs MPI, for the message).
-#   EMU                         where the MPI trainers are (build/emu, or $EMU_BIN_DIR: gpu_check.sh
-#                               points it at the trainers built for the GPU)
+#   EMU                         where the MPI trainers are (build/emu, or $EMU_BIN_DIR: point it at
+#                               trainers built for a GPU to run a suite's runs on one)
 #   pass NAME / fail NAME DETAIL...   one PASS or FAIL line; fail sets status=1
 #   MPIRUN                      mpirun as root, oversubscribed, shared memory, a 300 s limit
 #   D                           the flags of a fresh arithmetic dataset in $T/data

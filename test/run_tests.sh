@@ -72,12 +72,13 @@ suite ps-async      full 1 bash test/test_ps_async.sh
 suite planner       full 1 bash test/test_planner.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
-# In the same make test: emu-reference 99 s (the CUDA builds write other inputs than the CPU build:
-# their PyTorch references are computed again), emu-tp 35, emu-pp 32, the others under 30 each.
+# gpu-bundle is the GPU bundle's run.sh --quick against the emulated binaries, and with it the CUDA
+# builds' reference check (test_gpt2cu bf16 and fp32 against PyTorch, with determinism): about 90 s
+# alone; emu-tp 35, emu-pp 32, the others under 30 each.
 EMU_INC=$(make -s --no-print-directory emu-available 2>/dev/null)
 if [ -n "$EMU_INC" ]; then
     suite emu-kernels     fast 2 bash test/test_emu_kernels.sh
-    suite emu-reference   full 2 "bash test/test_reference.sh build/emu/test_gpt2cu && bash test/test_reference.sh build/emu/test_gpt2cu_fp32"
+    suite gpu-bundle      full 2 bash test/test_gpu_bundle.sh
     suite emu-trainer     full 1 bash test/test_emu_trainer.sh
     suite emu-dp          full 1 bash test/test_emu_dp.sh
     suite emu-tp          full 2 bash test/test_emu_tp.sh

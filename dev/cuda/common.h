@@ -412,11 +412,13 @@ static inline int lab_parse_version(int argc, char** argv, int nversions) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--small") == 0) { lab_small = 1; continue; }
         if (strcmp(argv[i], "--full") == 0) { lab_small = 0; continue; }
+        if (strcmp(argv[i], "last") == 0 && version == 0) { version = nversions; continue; }   // the production kernel
         char* end = NULL;
         long v = strtol(argv[i], &end, 10);
         if (version != 0 || end == argv[i] || *end != '\0' || v < 1 || v > nversions) {
-            fprintf(stderr, "usage: %s [version 1..%d] [--small | --full]   (no version: every version; --small: small\n"
-                            "       shapes, the default under the CPU emulator; --full: GPT-2 124M's, the default on a GPU)\n",
+            fprintf(stderr, "usage: %s [version 1..%d | last] [--small | --full]\n"
+                            "       no version: every version; last: the production kernel; --small: small shapes, the\n"
+                            "       default under the CPU emulator; --full: GPT-2 124M's, the default on a GPU\n",
                     argv[0], nversions);
             exit(2);
         }

@@ -11,8 +11,11 @@
 // Precision: bf16 inputs and outputs, fp32 accumulation (CUBLAS_COMPUTE_32F); the fp32 build
 // uses fp32 inputs with CUBLAS_COMPUTE_32F, which excludes TF32, so it meets fp32 tolerances.
 // Determinism: cuBLAS gives the same bits for the same problem, algorithm and GPU; we ask the
-// heuristic with the actual pointer alignments and exclude the split-K "in place" reduction
-// scheme (it sums the pieces in the output buffer), so the choice and the sum order are fixed.
+// heuristic with the actual pointer alignments and allow only split-K reductions in the compute
+// type (fp32), so the choice and the sum order are fixed and the output is rounded once. Excluded:
+// "in place" (it sums the pieces in the output buffer, in any order) and "output type" (it rounds
+// each piece to bf16 before summing: on an H200, CUDA 13.0, cuBLASLt chose it for small shapes,
+// and the bias epilogue and the accumulating dweight came out rounded twice, test_cuda_kernels).
 #pragma once
 
 #include <cublasLt.h>
@@ -118,7 +121,7 @@ static inline void cublaslt_plan_create(CublasLtPlan* p, const floatX* bias) {
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->align_b, sizeof(p->align_b)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->align_d, sizeof(p->align_d)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->align_d, sizeof(p->align_d)));
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;   // (no split-K, CUBLASLT_REDUCTION_SCHEME_NONE, is always allowed)
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
