@@ -306,10 +306,11 @@ build/config/test_seamscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) 
 
 # make gpu-bundle: build/gpu-bundle/, everything the GPU check runs, built here without a GPU
 # (scripts/gpu_bundle.sh: GPU_ARCHS="80 90", NVCC_JOBS); on the GPU node: bash build/gpu-bundle/run.sh
-gpu-bundle: build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
+gpu-bundle:
 ifeq ($(NVCC_FOUND),)
 	@echo "error: nvcc not found: make gpu-bundle needs the CUDA toolkit (not a GPU)"; exit 1
 else
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
 	@NVCC=$(NVCC) bash scripts/gpu_bundle.sh
 endif
 
