@@ -60,8 +60,9 @@ if [ -z "${RUN_BIN_DIR:-}" ] && [ -n "$(need_libs "$BIN/train_gpt2cu")" ]; then
         [ -d "$d" ] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     done
     export LD_LIBRARY_PATH
-    # still missing: look for each one anywhere on this machine's local disks (a few seconds)
-    for lib in $(need_libs "$BIN/train_gpt2cu"); do
+    # still missing: look for each one anywhere on this machine's local disks (at most 30 s;
+    # RUN_LIB_SEARCH=0 skips it)
+    [ "${RUN_LIB_SEARCH:-1}" = 0 ] || for lib in $(need_libs "$BIN/train_gpt2cu"); do
         f=$(timeout 30 find / -xdev -name "$lib" -not -path '/proc/*' 2>/dev/null | head -n 1)
         [ -n "$f" ] && LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
     done
@@ -93,7 +94,8 @@ if [ ! -f "$SUM" ] || [ "$part" = quick ] || [ "$part" = all ]; then
     printf '%-50s | %-6s | %s\n' "check" "result" "figure" >"$SUM"
 fi
 rows_md() {
-    echo "## $(echo "$device" | cut -d, -f1), $(date -u '+%Y-%m-%d') (bundle run.sh --$part)"
+    local how="--$part"; [ "$part" = lab ] || [ "$part" = mpi ] && how="--part $part"; [ "$part" = only ] && how="--only $only"
+    echo "## $(echo "$device" | cut -d, -f1), $(date -u '+%Y-%m-%d') (bundle run.sh $how)"
     echo
     echo "- device: $device; $cuda"
     echo "- bundle: $(tr '\n' ';' <"$here/BUNDLE" | sed 's/;$//; s/;/; /g')"
@@ -103,8 +105,8 @@ rows_md() {
     echo "|---|---|---|"
     tail -n +2 "$SUM" | awk -F' [|] ' '{ gsub(/ +$/, "", $1); gsub(/ +$/, "", $2); printf "| %s | %s | %s |\n", $1, $2, $3 }'
 }
-row() {   # row CHECK RESULT FIGURE
-    printf '%-50s | %-6s | %s\n' "$1" "$2" "$3" | tee -a "$SUM"
+row() {   # row CHECK RESULT FIGURE (a figure's own " | " become ", ": the columns stay three)
+    printf '%-50s | %-6s | %s\n' "$1" "$2" "${3// | /, }" | tee -a "$SUM"
     [ "$2" = FAIL ] && fail=1
     rows_md >"$MD"
 }
@@ -266,6 +268,8 @@ mpi() {
     if ! command -v mpirun >/dev/null 2>&1; then row "MPI trainer" skip "mpirun not found on this node (module load openmpi)"; return; fi
     local MT=${RUN_MPI_TRAIN:-$BIN/train_gpt2cu_mpi_fp32}   # RUN_MPI_TRAIN: the emulated fp32 trainer
     if [ ! -x "$MT" ]; then row "MPI trainer" skip "not in the bundle (the build machine had no mpicxx or nccl.h)"; return; fi
+    local missing; missing=$(need_libs "$MT" | tr '\n' ' ')
+    if [ -n "$missing" ]; then row "MPI trainer" FAIL "it needs ${missing% } and it is not found (module load nccl openmpi, or LD_LIBRARY_PATH)"; return; fi
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
     # Open MPI: more ranks than cores, and as root where the job runs as root
     local MPIRUN=(mpirun)

@@ -98,20 +98,20 @@ chmod +x "$T/fake/path/nvidia-smi"
 echo 'int llmc_fake_blas(void) { return 1; }' >"$T/fake/lib.c"
 echo 'int llmc_fake_blas(void); int main(void) { return llmc_fake_blas(); }' >"$T/fake/main.c"
 cp -r "$B" "$T/nolib"
-if cc -shared -fPIC "$T/fake/lib.c" -o "$T/fake/lib/libcublasLt_standin.so" &&
-   cc "$T/fake/main.c" -L"$T/fake/lib" -lcublasLt_standin -o "$T/nolib/bin/train_gpt2cu" 2>/dev/null; then
-    rm "$T/fake/lib/libcublasLt_standin.so"
+if cc -shared -fPIC "$T/fake/lib.c" -o "$T/fake/lib/libcublasLt_standin_$$.so" &&
+   cc "$T/fake/main.c" -L"$T/fake/lib" -lcublasLt_standin_$$ -o "$T/nolib/bin/train_gpt2cu" 2>/dev/null; then
+    rm "$T/fake/lib/libcublasLt_standin_$$.so"
     cp "$T/nolib/bin/train_gpt2cu" "$T/nolib/bin/test_gpt2cu"
-    onel "a library not found" "train_gpt2cu needs libcublasLt_standin.so and it is not found" \
-        env PATH="$T/fake/path:$PATH" bash "$T/nolib/run.sh" --out "$T/r2"
+    onel "a library not found" "train_gpt2cu needs libcublasLt_standin_$$.so and it is not found" \
+        env PATH="$T/fake/path:$PATH" RUN_LIB_SEARCH=0 bash "$T/nolib/run.sh" --out "$T/r2"
 else
     fail "could not build the stand-in binary (cc)"
 fi
 # the libraries found (the stand-in library kept), a reference file missing
 cp -r "$B" "$T/noref"
-cc -shared -fPIC "$T/fake/lib.c" -o "$T/fake/lib/libcublasLt_standin.so" && cp "$T/nolib/bin/train_gpt2cu" "$T/nolib/bin/test_gpt2cu" "$T/noref/bin/"
+cc -shared -fPIC "$T/fake/lib.c" -o "$T/fake/lib/libcublasLt_standin_$$.so" && cp "$T/nolib/bin/train_gpt2cu" "$T/nolib/bin/test_gpt2cu" "$T/noref/bin/"
 rm "$T/noref/ref/moe_c_ref.bin"
 onel "a reference file missing" "the bundle is incomplete: ref/moe_c_ref.bin is missing" \
-    env PATH="$T/fake/path:$PATH" LD_LIBRARY_PATH="$T/fake/lib" bash "$T/noref/run.sh" --out "$T/r3"
+    env PATH="$T/fake/path:$PATH" LD_LIBRARY_PATH="$T/fake/lib" RUN_LIB_SEARCH=0 bash "$T/noref/run.sh" --out "$T/r3"
 
 exit $status
