@@ -34,8 +34,8 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # the other lane), but the two lanes still finish sooner than one. (Lane 2 at a lower priority
 # was tried: the MPI ranks then starve it.)
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
-# Measured in make test on a fresh clone (2 cores, two lanes; tests took 907 s): nvcc 201 s,
-# tensor-parallel 156, training-state 121, emu-reference 99, collectives 91, data-parallel 65,
+# Measured in make test on a fresh clone (2 cores, two lanes; tests took 931 s): nvcc 218 s,
+# tensor-parallel 145, training-state 141, gpu-bundle 131, collectives 93, data-parallel 65,
 # errors 61 (doc/errors.md's rows, four at a time), reference 55, pipeline 53, zero-plus-plus,
 # ps-schedule and build-config 50 each, expert-parallel 48, tasks 39, the others under 40 each.
 suite kernels       fast 1 ./test_kernelscpu

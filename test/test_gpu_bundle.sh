@@ -55,6 +55,10 @@ else
     fail "run.sh --quick (emulated): exit $rc, $nfail FAIL rows, rows in order: $ok" "$(cat "$S" 2>/dev/null)" "$(tail -n 5 "$T/quick.out")"
 fi
 sed 's/^/    /' "$S"
+# the CUDA builds' reference check line by line (what the emu-reference suite printed before)
+for p in bf16 fp32; do
+    grep -E '^(PASS|FAIL) ' "$T/quick/reference_$p.log" | sed -E "s/^(PASS|FAIL) /\1 [test_gpt2cu $p, emulated] /"
+done
 for r in "test_gpt2cu bf16" "test_gpt2cu fp32" "test_cuda_kernels" "train 10 steps"; do
     fig=$(grep "^$r" "$S" | cut -d'|' -f3)
     n=$(echo "$fig" | grep -o '^ *[0-9]* PASS' | grep -o '[0-9]*')
