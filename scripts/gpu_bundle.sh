@@ -151,7 +151,6 @@ chmod +x "$tmp/run.sh"
     echo "built $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)${NVCC:+ with nvcc $("$NVCC" --version | grep -o 'release [0-9.]*')}"
     if [ -n "${BUNDLE_EMU:-}" ]; then echo "no GPU binaries (BUNDLE_EMU: for the emulated binaries)"; else echo "archs $ARCHS"; fi
 } >"$tmp/BUNDLE"
-rm -rf "$tmp/log/"*.log.tmp
 rm -rf "$OUT"
 mv "$tmp" "$OUT"
 echo "gpu-bundle: $OUT, $(du -sh "$OUT" | cut -f1), built in $(( $(date +%s) - t0 )) s"

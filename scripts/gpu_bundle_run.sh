@@ -122,6 +122,9 @@ step() {
     return $s
 }
 count() { grep -c "^$1" "$res/$2.log" 2>/dev/null || true; }
+# the kernel lab's programs (dev/cuda), in the lecture's order: the production kernel is each one's last version
+LAB_KERNELS="encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward
+             attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm"
 D="--train-data $here/data/train_000000.bin --val-data $here/data/val_000000.bin --tokenizer $here/data/tokenizer.bin"
 
 # ---- the checks of --quick, most important first; each one a function (--only NAME runs one)
@@ -177,8 +180,7 @@ c_bench() {
 c_timings() {
     # 5. one timing line per production kernel: the last version of each kernel-lab program
     if [ -d "$LAB" ] && [ -n "$(ls "$LAB" 2>/dev/null)" ]; then
-        for k in encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
-                 attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm; do
+        for k in $LAB_KERNELS; do
             [ -x "$LAB/$k" ] || { row "kernel $k (production)" FAIL "not in the bundle"; continue; }
             if step "kernel_$k" "$LAB/$k" last ${RUN_BIN_DIR:+--small}; then r=PASS; else r=FAIL; fi
             t=$(grep "^  time" "$res/kernel_$k.log" | tail -n 1 | sed 's/^  time *//; s/  */ /g')
@@ -254,8 +256,7 @@ c_fp8() {
 
 lab() {
     if [ ! -d "$LAB" ] || [ -z "$(ls "$LAB" 2>/dev/null)" ]; then row "kernel lab" skip "not in the bundle (BUNDLE_NO_LAB)"; return; fi
-    for k in encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
-             attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm; do
+    for k in $LAB_KERNELS; do
         [ -x "$LAB/$k" ] || { row "lab $k" FAIL "not in the bundle"; continue; }
         if step "lab_$k" "$LAB/$k" ${RUN_BIN_DIR:+--small}; then r=PASS; else r=FAIL; fi
         t=$(grep "^  time" "$res/lab_$k.log" | tail -n 1 | sed 's/^  time *//; s/  */ /g')

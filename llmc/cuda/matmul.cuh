@@ -14,8 +14,9 @@
 // heuristic with the actual pointer alignments and allow only split-K reductions in the compute
 // type (fp32), so the choice and the sum order are fixed and the output is rounded once. Excluded:
 // "in place" (it sums the pieces in the output buffer, in any order) and "output type" (it rounds
-// each piece to bf16 before summing: on an H200, CUDA 13.0, cuBLASLt chose it for small shapes,
-// and the bias epilogue and the accumulating dweight came out rounded twice, test_cuda_kernels).
+// each piece to bf16 before summing). On an H200 (CUDA 13.0), with only "in place" excluded, the
+// bias epilogue and the accumulating dweight came out rounded twice at small shapes
+// (test_cuda_kernels): what "output type" does; that this was the cause awaits the next GPU run.
 #pragma once
 
 #include <cublasLt.h>
