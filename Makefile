@@ -42,7 +42,7 @@ ifneq ($(MPICXX),)
   CPU_CC = $(MPICXX)
   CXXFLAGS_CPU += -DUSE_MPI -DOMPI_SKIP_MPICXX
   MPI_NOTE = with MPI ($(MPICXX))
-  MPI_TARGETS = test_collectivescpu collbenchcpu test_cp_attentioncpu
+  MPI_TARGETS = test_collectivescpu collbenchcpu test_cp_attentioncpu build/test/libwait_sleep.so
   PERTURBED_TARGET = build/perturbed/train_gpt2cpu
 else
   CPU_CC = $(CXX)
@@ -142,6 +142,12 @@ build/perturbed/train_gpt2cpu: train_gpt2.cu $(HEADERS) test/perturbations.py bu
 	$(PYTHON) test/perturbations.py --out build/perturbed/src
 	$(CPU_CC) $(CXXFLAGS_CPU) -include build/perturbed/src/perturb.h build/perturbed/src/train_gpt2.cu -o $@ $(LDLIBS_CPU)
 build/config/perturbed.flags: CONFIG = $(CPU_CC) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
+
+# preloaded into the test suites' MPI ranks: a rank that waits sleeps 50 us instead of spinning
+# (test/wait_sleep.c says why)
+build/test/libwait_sleep.so: test/wait_sleep.c
+	@mkdir -p $(dir $@)
+	$(CXX) -x c -O2 -shared -fPIC $< -o $@
 
 # the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
 test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS) build/config/test_collectivescpu.flags

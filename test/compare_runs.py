@@ -19,7 +19,7 @@ files its --save checkpoints (llm.c format, version 3, fp32, or version 10 with 
     Its difference is printed, not judged.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
-import struct, sys
+import math, operator, struct, sys
 
 def read_log(path):
     rows = []
@@ -90,10 +90,11 @@ def main():
         if len(x) != len(y):
             worst_param, worst_name = float("inf"), name
             continue
-        norm = sum(v * v for v in x) ** 0.5 or 1.0
-        err = sum((u - v) ** 2 for u, v in zip(x, y)) ** 0.5 / norm
-        scale = max(abs(v) for v in x) or 1.0
-        worst_elem = max(worst_elem, max(abs(u - v) for u, v in zip(x, y)) / scale)
+        # |a - b|_2 / |a|_2 and the largest |a_i - b_i| / max |a_i|, in C loops (math.dist, map)
+        norm = math.dist(x, [0.0] * len(x)) or 1.0
+        err = math.dist(x, y) / norm
+        scale = max(map(abs, x)) or 1.0
+        worst_elem = max(worst_elem, max(map(abs, map(operator.sub, x, y))) / scale)
         if err > worst_param:
             worst_param, worst_name = err, name
     ok = worst_loss <= tol and worst_norm <= tol and worst_param <= tol

@@ -3,7 +3,7 @@
 #   bash test/run_tests.sh            every suite
 #   bash test/run_tests.sh --fast     the fast tier: a few minutes, for the edit loop
 #   bash test/run_tests.sh NAME...    the named suites only
-# The suites run in two lanes side by side (LANES=1: all in one lane). Each suite's full
+# The suites run in three lanes side by side (LANES=1: all in one lane). Each suite's full
 # output goes to build/test-logs/NAME.log; its PASS/FAIL lines are printed in the order of
 # the table below, each suite as soon as it and the ones above it are done.
 # The last line is "N passed, M failed"; the exit status is 0 only when M is 0. A suite that
@@ -20,24 +20,32 @@ PY=${PYTHON:-python3}
 # runs as a singleton without spawning a daemon of its own: about 0.3 s less per launch, over
 # some 500 launches. The transport, and so every result, is the same.
 export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_ess_singleton_isolated=1
+# Every rank mpirun starts sleeps 50 us where it would spin waiting for a message (test/wait_sleep.c,
+# built by make with the MPI targets): the suites share two cores, and a spinning rank slows the
+# rank it waits for (tensor-parallel: 150 s beside the nvcc suite, 35 s with this). Open MPI sets
+# the variable in the ranks only (mpirun -x cannot be used beside it; no suite does).
+if [ -f build/test/libwait_sleep.so ]; then
+    export OMPI_MCA_mca_base_env_list="LD_PRELOAD=$PWD/build/test/libwait_sleep.so"
+fi
 
 names=(); tiers=(); lanes=(); cmds=()
 suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 
 # ---- the suites: one line each, "suite NAME TIER LANE COMMAND...".
 # TIER: fast (in make test-fast and make test) or full (make test only).
-# LANE: 1 or 2. The suites of a lane run one after another, the two lanes side by side; put
-# suites that write the same files (a build/ directory, a binary) in the same lane, and keep
-# the lanes about equally long (each suite's time is printed beside its name, the five slowest
-# at the end). A suite is much slower beside another one than alone (tensor-parallel: 26 s alone,
-# 156 s beside nvcc; the mpirun suites' ranks spin while they wait, and share the two cores with
-# the other lane), but the two lanes still finish sooner than one. (Lane 2 at a lower priority
-# was tried: the MPI ranks then starve it.)
+# LANE: 1, 2 or 3. The suites of a lane run one after another, the lanes side by side; put suites
+# that write the same files (a build/ directory, a binary, the PyTorch reference cache) in the
+# same lane. Lanes 1 and 2 hold the suites that keep a core busy (compiles, the emulator, MPI jobs
+# of 1-2 ranks that compute); keep them about equally long in CPU time. Lane 3 holds the suites
+# that mostly wait (watchdog timeouts, hangs that must be detected, ranks killed, latency-bound
+# collectives on up to 8 ranks): alone they use a third of a core, so beside the other two they
+# cost little and their waiting overlaps real work. Each suite's time is printed beside its name
+# (the five slowest at the end); a suite takes 1.5-3x longer here than alone.
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
-# Measured in make test on a fresh clone (2 cores, two lanes; tests took 931 s): nvcc 218 s,
-# tensor-parallel 145, training-state 141, gpu-bundle 131, collectives 93, data-parallel 65,
-# errors 61 (doc/errors.md's rows, four at a time), reference 55, pipeline 53, zero-plus-plus,
-# ps-schedule and build-config 50 each, expert-parallel 48, tasks 39, the others under 40 each.
+# Alone, one after another, on 2 cores (wall s / CPU s): nvcc 164/320 (two compiles at a time),
+# gpu-bundle 83/112, training-state 55/50, data-parallel 53/51, collectives 53/44, failures 56/9,
+# errors 55/22, pipeline 46/47, build-config 41/41, mixed-precision 33/40, expert-parallel 38/26,
+# the others under 30 s each; in all 1114 s of wall time and 1257 s of CPU.
 suite kernels       fast 1 ./test_kernelscpu
 suite precision     fast 1 bash test/test_precision.sh
 suite reference     fast 2 bash test/test_reference.sh
@@ -49,26 +57,26 @@ suite pp-schedule   fast 1 ./test_pp_schedulecpu
 suite cp-attention  fast 1 bash test/test_cp_attention.sh
 suite layout        fast 1 "$PY" test/test_layout.py
 suite sft-data      fast 1 bash test/test_sft.sh
-suite collectives   fast 1 bash test/test_collectives.sh
+suite collectives   fast 3 bash test/test_collectives.sh
 suite comm-single   fast 1 ./test_comm_singlecpu
-suite collbench     fast 1 bash test/test_collbench.sh
-suite launch        fast 2 bash test/test_launch.sh
+suite collbench     fast 3 bash test/test_collbench.sh
+suite launch        fast 3 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
-suite ps-schedule   full 1 bash test/test_ps_sched.sh
+suite ps-schedule   full 3 bash test/test_ps_sched.sh
 suite zero-plus-plus full 1 bash test/test_zeropp.sh
-suite compression   full 2 bash test/test_compress.sh
+suite compression   full 1 bash test/test_compress.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
-suite pipeline      full 2 bash test/test_pp.sh
-suite context-parallel full 2 bash test/test_cp.sh
-suite expert-parallel full 2 bash test/test_moe.sh
+suite pipeline      full 1 bash test/test_pp.sh
+suite context-parallel full 1 bash test/test_cp.sh
+suite expert-parallel full 3 bash test/test_moe.sh
 suite recompute      full 1 bash test/test_recompute.sh
 suite tasks         full 1 bash test/test_tasks.sh
 suite training-state full 1 bash test/test_state.sh
 suite build-config  full 2 bash test/test_build_config.sh
-suite errors        full 1 bash test/test_errors.sh
-suite failures      full 1 bash test/test_failures.sh
+suite errors        full 3 bash test/test_errors.sh
+suite failures      full 3 bash test/test_failures.sh
 suite mixed-precision full 1 bash test/test_mixed_precision.sh
-suite ps-async      full 1 bash test/test_ps_async.sh
+suite ps-async      full 3 bash test/test_ps_async.sh
 suite planner       full 1 bash test/test_planner.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
@@ -81,10 +89,10 @@ if [ -n "$EMU_INC" ]; then
     suite gpu-bundle      full 2 bash test/test_gpu_bundle.sh
     suite emu-trainer     full 1 bash test/test_emu_trainer.sh
     suite emu-dp          full 1 bash test/test_emu_dp.sh
-    suite emu-tp          full 2 bash test/test_emu_tp.sh
-    suite emu-pp          full 2 bash test/test_emu_pp.sh
-    suite emu-cp          full 2 bash test/test_emu_cp.sh
-    suite emu-moe         full 2 bash test/test_emu_moe.sh
+    suite emu-tp          full 1 bash test/test_emu_tp.sh
+    suite emu-pp          full 1 bash test/test_emu_pp.sh
+    suite emu-cp          full 1 bash test/test_emu_cp.sh
+    suite emu-moe         full 1 bash test/test_emu_moe.sh
     suite emu-collectives full 2 bash test/test_emu_collectives.sh
     suite emu-lab         full 2 bash dev/emu/run_lab.sh build/emu/dev/cuda encoder_forward encoder_backward layernorm_forward \
         layernorm_backward matmul_forward matmul_backward attention_forward attention_backward gelu_forward gelu_backward \
@@ -163,6 +171,6 @@ echo
 # the time table's tail: the five slowest suites (the budget is checked by people, not by a test)
 echo "slowest suites: $(for i in "${selected[@]}"; do read -r _ secs <"$LOGS/${names[$i]}.status"; echo "$secs ${names[$i]}"; done |
     sort -rn | head -5 | awk '{printf "%s%s %d s", (NR > 1 ? ", " : ""), $2, $1}')"
-echo "tests took $((SECONDS - start)) s ($([ "$nlanes" = 1 ] && echo "one lane" || echo "two lanes side by side"))"
+echo "tests took $((SECONDS - start)) s ($([ "$nlanes" = 1 ] && echo "one lane" || echo "lanes side by side"))"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
