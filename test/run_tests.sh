@@ -13,13 +13,26 @@ set -u
 cd "$(dirname "$0")/.."
 LOGS=build/test-logs
 mkdir -p "$LOGS"
+# python3, as the suites call it (some 300 times: compare_runs.py after every equivalence run, the
+# data generators): the system's /usr/bin/python3 (which the PyTorch reference uses too) starts in
+# 20 ms; a version manager's python3 first in PATH can take 170 (pyenv: a bash shim, then the .pth
+# files of its site). So python3 is the system's here, through build/test/bin first on PATH, unless
+# PYTHON names another (the scripts need only the standard library).
 PY=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3 ]; then
+    mkdir -p build/test/bin
+    ln -sf /usr/bin/python3 build/test/bin/python3
+    export PATH="$PWD/build/test/bin:$PATH"
+fi
 # The suites' MPI jobs run on this one machine and talk through shared memory (the ob1 PML over
 # the vader BTL, which is what Open MPI ends up with here anyway). Said up front, it skips probing
 # UCX in every rank (pml, osc), and a process started without mpirun (the single-rank references)
 # runs as a singleton without spawning a daemon of its own: about 0.3 s less per launch, over
 # some 500 launches. The transport, and so every result, is the same.
 export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_ess_singleton_isolated=1
+# Nor does any process read the PCI devices' configuration (hwloc's I/O discovery, for placing
+# ranks near network cards: a quarter of a launch's CPU time here, and no card is used).
+export HWLOC_COMPONENTS=-linuxio,-pci
 # Every rank mpirun starts sleeps 50 us where it would spin waiting for a message (test/wait_sleep.c,
 # built by make with the MPI targets): the suites share two cores, and a spinning rank slows the
 # rank it waits for (tensor-parallel: 150 s beside the nvcc suite, 35 s with this). Open MPI sets
