@@ -77,14 +77,14 @@ suite launch        fast 3 bash test/test_launch.sh
 suite data-parallel full 1 bash test/test_dp.sh
 suite ps-schedule   full 3 bash test/test_ps_sched.sh
 suite zero-plus-plus full 1 bash test/test_zeropp.sh
-suite compression   full 1 bash test/test_compress.sh
+suite compression   full 3 bash test/test_compress.sh
 suite tensor-parallel full 1 bash test/test_tp.sh
 suite pipeline      full 1 bash test/test_pp.sh
 suite context-parallel full 1 bash test/test_cp.sh
 suite expert-parallel full 3 bash test/test_moe.sh
 suite recompute      full 1 bash test/test_recompute.sh
 suite tasks         full 1 bash test/test_tasks.sh
-suite training-state full 1 bash test/test_state.sh
+suite training-state full 3 bash test/test_state.sh
 suite build-config  full 2 bash test/test_build_config.sh
 suite errors        full 3 bash test/test_errors.sh
 suite failures      full 3 bash test/test_failures.sh

@@ -138,8 +138,8 @@ if command -v mpirun >/dev/null; then   # ZeRO-1 on 2 ranks: each rank's block o
         fail "training state resume (emulated bf16, ZeRO-1)" "$(grep -h -m2 error "$T"/z?.out)"
     fi
 fi
-# The optimizer state's save/resume of llmc/state.h (test_gpt2cu's determinism check: save at 5,
-# reload, continue to 10 = uninterrupted, bit for bit) is checked by the gpu-bundle suite: its
+# The optimizer state's save/resume of llmc/state.h (test_gpt2cu's determinism check: save at 3,
+# reload, continue to the end = uninterrupted, bit for bit) is checked by the gpu-bundle suite: its
 # reference rows run test_gpt2cu --check, which ends with that check, on the same kind of inputs.
 
 # --- (d) command-line errors of the bf16 build: one line on stderr, exit 1
