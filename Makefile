@@ -42,7 +42,8 @@ ifneq ($(MPICXX),)
   CPU_CC = $(MPICXX)
   CXXFLAGS_CPU += -DUSE_MPI -DOMPI_SKIP_MPICXX
   MPI_NOTE = with MPI ($(MPICXX))
-  MPI_TARGETS = test_collectivescpu collbenchcpu test_cp_attentioncpu build/test/libwait_sleep.so
+  MPI_TARGETS = test_collectivescpu collbenchcpu test_cp_attentioncpu
+  WAIT_SLEEP = build/test/libwait_sleep.so
   PERTURBED_TARGET = build/perturbed/train_gpt2cpu
 else
   CPU_CC = $(CXX)
@@ -218,9 +219,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) $(PERTURBED_TARGET) data
+test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) $(WAIT_SLEEP) $(PERTURBED_TARGET) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) data
+test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) $(WAIT_SLEEP) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul

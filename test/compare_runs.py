@@ -91,7 +91,7 @@ def main():
             worst_param, worst_name = float("inf"), name
             continue
         # |a - b|_2 / |a|_2 and the largest |a_i - b_i| / max |a_i|, in C loops (math.dist, map)
-        norm = math.dist(x, [0.0] * len(x)) or 1.0
+        norm = math.hypot(*x) or 1.0
         err = math.dist(x, y) / norm
         scale = max(map(abs, x)) or 1.0
         worst_elem = max(worst_elem, max(map(abs, map(operator.sub, x, y))) / scale)

@@ -18,9 +18,8 @@ trap 'rm -rf "$T"' EXIT
 CXX=${CXX:-g++}
 
 # The deliberate bugs, all in ONE copy of llmc/ and test/test_precision.cu, each behind a switch
-# (as test/perturbations.py does for the trainer): FORM stmt turns OLD into
-# "if (on) { NEW } else { OLD }", expr into "(on ? (NEW) : (OLD))"; LLMC_PERTURB=N switches bug N
-# on. One build instead of one per bug; each bug must then fail a check of GROUP whose line
+# written by test/perturbations.py's switched() (FORM stmt: "if (on) { NEW } else { OLD }", expr:
+# "(on ? (NEW) : (OLD))"), as it does for the trainer; LLMC_PERTURB=N switches bug N on. One build instead of one per bug; each bug must then fail a check of GROUP whose line
 # matches PATTERN.
 P=llmc/precision.h
 specs=(
@@ -38,6 +37,8 @@ cp test/test_precision.cu "$T/src/test/"
 # writes $T/src/missing.txt: the bugs whose OLD text is not in FILE exactly once (each then FAILs)
 printf '%s\n' "${specs[@]}" | python3 -c '
 import sys
+sys.path.insert(0, "test")
+from perturbations import switched
 root = sys.argv[1]
 missing = open(root + "/missing.txt", "w")
 for k, spec in enumerate(sys.stdin.read().splitlines()):
@@ -46,9 +47,7 @@ for k, spec in enumerate(sys.stdin.read().splitlines()):
     if text.count(old) != 1:
         missing.write("%d\n" % k)
         continue
-    on = "llmc_perturbed(%d)" % k
-    switched = ("if (%s) { %s } else { %s }" if form == "stmt" else "(%s ? (%s) : (%s))") % (on, new, old)
-    open(root + "/" + path, "w").write(text.replace(old, switched))
+    open(root + "/" + path, "w").write(text.replace(old, switched(form, old, new, k)))
 open(root + "/perturb.h", "w").write(
     "#include <stdlib.h>\n"
     "static inline int llmc_perturbed(int k) {   // LLMC_PERTURB=k: bug k of test/test_precision.sh is on\n"

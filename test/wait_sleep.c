@@ -1,8 +1,8 @@
 // The test suites' MPI ranks wait by sleeping, not spinning (test/run_tests.sh preloads this into
 // every rank that mpirun starts; nothing else uses it).
 //
-// make test runs its suites in two lanes on a 2-core machine, so an MPI job's ranks share the cores
-// with each other and with the other lane. A rank that waits for a message polls Open MPI's
+// make test runs its suites in three lanes on a 2-core machine, so an MPI job's ranks share the
+// cores with each other and with the other lanes. A rank that waits for a message polls Open MPI's
 // shared-memory transport in a loop, calling sched_yield() between polls (mpi_yield_when_idle).
 // sched_yield() hardly gives the core away when the other runnable process is busy: the waiting
 // rank keeps most of its time slice, and the rank it waits for runs slower. tensor-parallel took
