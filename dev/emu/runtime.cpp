@@ -952,28 +952,64 @@ static void store_elem(void* p, cudaDataType_t t, size_t i, float v) {
     fatal("cuBLAS emulation: data type %d is not supported (fp32 and bf16 are)", (int)t);
 }
 
+// dst[r * cols + c] = element (r, c) of src, which lies at src[r * ld + c] when row_major, else
+// at src[c * ld + r]; read in the order it lies in memory
+template <typename T>
+static void pack(float* dst, const T* src, int rows, int cols, long ld, bool row_major) {
+    if (row_major) {
+        for (int r = 0; r < rows; r++) {
+            for (int c = 0; c < cols; c++) { dst[(size_t)r * cols + c] = (float)src[(size_t)r * ld + c]; }
+        }
+    } else {
+        for (int c = 0; c < cols; c++) {
+            for (int r = 0; r < rows; r++) { dst[(size_t)r * cols + c] = (float)src[(size_t)c * ld + r]; }
+        }
+    }
+}
+static void pack(float* dst, const void* src, cudaDataType_t t, int rows, int cols, long ld, bool row_major) {
+    if (t == CUDA_R_32F) { pack(dst, (const float*)src, rows, cols, ld, row_major); return; }
+    if (t == CUDA_R_16BF) { pack(dst, (const __nv_bfloat16*)src, rows, cols, ld, row_major); return; }
+    fatal("cuBLAS emulation: data type %d is not supported (fp32 and bf16 are)", (int)t);
+}
+
 // D(m,n) = alpha op(A) op(B) + beta C (+ bias[i]); column-major; op(A) is m x k
 static void reference_gemm(int ta, int tb, int m, int n, int k, float alpha, const void* A, cudaDataType_t at, long lda,
                            const void* B, cudaDataType_t bt, long ldb, float beta, const void* C, cudaDataType_t ct,
                            long ldc, void* D, cudaDataType_t dt, long ldd, const void* bias, cudaDataType_t biast) {
     std::vector<float> a((size_t)m * k), b((size_t)k * n);   // op(A) row-major by i, op(B) by j
-    for (int i = 0; i < m; i++) {
-        for (int p = 0; p < k; p++) { a[(size_t)i * k + p] = load_elem(A, at, ta ? (size_t)i * lda + p : (size_t)p * lda + i); }
-    }
+    pack(a.data(), A, at, m, k, lda, ta);    // op(A)(i, p) = ta ? A[i lda + p] : A[p lda + i]
+    pack(b.data(), B, bt, n, k, ldb, !tb);   // op(B)(p, j) = tb ? B[p ldb + j] : B[j ldb + p]
+#pragma omp parallel for schedule(static) if ((double)m * n * k >= 1 << 22)   // threads only where they pay
     for (int j = 0; j < n; j++) {
-        for (int p = 0; p < k; p++) { b[(size_t)j * k + p] = load_elem(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p); }
-    }
-#pragma omp parallel for schedule(static)
-    for (int j = 0; j < n; j++) {
-        for (int i = 0; i < m; i++) {
-            const float* ai = &a[(size_t)i * k];
-            const float* bj = &b[(size_t)j * k];
-            float acc = 0.0f;
-            for (int p = 0; p < k; p++) { acc += ai[p] * bj[p]; }
-            float v = alpha * acc;
-            if (beta != 0.0f) { v += beta * load_elem(C, ct, (size_t)j * ldc + i); }
-            if (bias) { v += load_elem(bias, biast, (size_t)i); }
-            store_elem(D, dt, (size_t)j * ldd + i, v);
+        const float* bj = &b[(size_t)j * k];
+        for (int i0 = 0; i0 < m; i0 += 4) {   // four rows at once: four sums in flight, each added in order
+            int rows = std::min(4, m - i0);
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (rows == 4) {
+                const float *a0 = &a[(size_t)i0 * k], *a1 = a0 + k, *a2 = a1 + k, *a3 = a2 + k;
+                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                for (int p = 0; p < k; p++) {
+                    s0 += a0[p] * bj[p];
+                    s1 += a1[p] * bj[p];
+                    s2 += a2[p] * bj[p];
+                    s3 += a3[p] * bj[p];
+                }
+                acc[0] = s0, acc[1] = s1, acc[2] = s2, acc[3] = s3;
+            } else {
+                for (int r = 0; r < rows; r++) {
+                    const float* ai = &a[(size_t)(i0 + r) * k];
+                    float s = 0.0f;
+                    for (int p = 0; p < k; p++) { s += ai[p] * bj[p]; }
+                    acc[r] = s;
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                int i = i0 + r;
+                float v = alpha * acc[r];
+                if (beta != 0.0f) { v += beta * load_elem(C, ct, (size_t)j * ldc + i); }
+                if (bias) { v += load_elem(bias, biast, (size_t)i); }
+                store_elem(D, dt, (size_t)j * ldd + i, v);
+            }
         }
     }
 }
