@@ -97,7 +97,7 @@ suite errors        full 3 bash test/test_errors.sh
 suite failures      full 3 bash test/test_failures.sh
 suite mixed-precision full 1 bash test/test_mixed_precision.sh
 suite ps-async      full 3 bash test/test_ps_async.sh
-suite planner       full 1 bash test/test_planner.sh
+suite planner       full 2 bash test/test_planner.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # gpu-bundle is the GPU bundle's run.sh --quick against the emulated binaries, and with it the CUDA
@@ -140,8 +140,12 @@ run_lane() {
     for i in "${selected[@]}"; do
         [ "${lanes[$i]}" = "$lane" ] || continue
         start=$SECONDS
-        eval "${cmds[$i]}" >"$LOGS/${names[$i]}.log" 2>&1 </dev/null
-        echo "$? $((SECONDS - start))" >"$LOGS/${names[$i]}.status.tmp"
+        # the suite in a subshell that ends with "times": its second line is the CPU time (user,
+        # system) of every process the suite started and waited for, the ranks included
+        ( eval "${cmds[$i]}" >"$LOGS/${names[$i]}.log" 2>&1 </dev/null; rc=$?; times >"$LOGS/${names[$i]}.times"; exit $rc )
+        rc=$?
+        cpu=$(tail -n 1 "$LOGS/${names[$i]}.times" | awk '{ n = 0; for (f = 1; f <= NF; f++) { split($f, p, "m"); n += p[1] * 60 + p[2] } printf "%.0f", n }')
+        echo "$rc $((SECONDS - start)) ${cpu:-0}" >"$LOGS/${names[$i]}.status.tmp"
         mv "$LOGS/${names[$i]}.status.tmp" "$LOGS/${names[$i]}.status"
     done
 }
@@ -168,10 +172,10 @@ for i in "${selected[@]}"; do
     log=$LOGS/$name.log
     status=$LOGS/$name.status
     while [ ! -e "$status" ] && lanes_running; do sleep 1; done
-    [ -e "$status" ] || echo "1 0" >"$status"   # its lane ended without it (killed)
+    [ -e "$status" ] || echo "1 0 0" >"$status"   # its lane ended without it (killed)
     [ -e "$log" ] || : >"$log"
-    read -r rc secs <"$status"
-    echo "== $name: ${cmds[$i]} (${secs} s)"
+    read -r rc secs cpu <"$status"
+    echo "== $name: ${cmds[$i]} (${secs} s, ${cpu:-0} s of CPU)"
     p=$(grep -c '^PASS ' "$log")
     f=$(grep -c '^FAIL ' "$log")
     grep -E '^(PASS|FAIL|SKIP|skipping) ' "$log" | sed 's/^/   /'
@@ -189,8 +193,10 @@ wait
 
 echo
 # the time table's tail: the five slowest suites (the budget is checked by people, not by a test)
-echo "slowest suites: $(for i in "${selected[@]}"; do read -r _ secs <"$LOGS/${names[$i]}.status"; echo "$secs ${names[$i]}"; done |
+echo "slowest suites: $(for i in "${selected[@]}"; do read -r _ secs _ <"$LOGS/${names[$i]}.status"; echo "$secs ${names[$i]}"; done |
     sort -rn | head -5 | awk '{printf "%s%s %d s", (NR > 1 ? ", " : ""), $2, $1}')"
+echo "CPU time of the suites: $(for i in "${selected[@]}"; do read -r _ _ c <"$LOGS/${names[$i]}.status"; echo "${c:-0}"; done |
+    awk '{ n += $1 } END { printf "%d", n }') s"
 echo "tests took $((SECONDS - start)) s ($([ "$nlanes" = 1 ] && echo "one lane" || echo "lanes side by side"))"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
