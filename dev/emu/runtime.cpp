@@ -233,14 +233,30 @@ static void fiber_start(Thread* t) {
     t->state = T_RUNNABLE;
 }
 
-static void thread_exit();
+static void thread_exit(Thread* next);
+static Thread* thread_finish();
+
+// Where run_block's scheduler is: the warp it runs, the lane order, and the position in it of
+// the thread now running. A thread that returns hands its fiber to the next thread the scheduler
+// would start (thread_finish), without a switch: a kernel with no barrier and no warp collective
+// runs a whole warp on one fiber, in the same order as thread by thread.
+static int sched_warp = 0;
+static int sched_pos = 0;
+static const std::vector<int>* sched_lanes = NULL;
 
 static void fiber_main() {
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(NULL, &sched_stack_bottom, &sched_stack_size);
 #endif
-    kernel_body(kernel_ctx);
-    thread_exit();
+    for (;;) {
+        kernel_body(kernel_ctx);
+        Thread* next = thread_finish();
+        if (next == NULL || next->state != T_NEW) { thread_exit(next); }
+        next->stack = cur->stack;   // the finished thread's fiber, stack and all, is the next one's
+        next->state = T_RUNNABLE;
+        cur = next;
+        current.thread_idx = next->idx;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -264,7 +280,55 @@ static void release_warp(Warp& w, int warp) {
     w.gen++;
 }
 
-static void thread_exit() {
+// Direct switches (x86-64, not under ASan, whose fiber annotations assume the scheduler in
+// between): a thread that waits or returns passes the core straight to the thread the scheduler
+// would run next in this warp, the same thread in the same order, one switch instead of two.
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT) && !defined(EMU_ASAN)
+#define EMU_DIRECT 1
+#endif
+
+// the thread the scheduler would run next in this warp (not started yet, or runnable), after the
+// position of the one running; NULL when it would go back to the start of the warp
+static Thread* next_in_warp(int warp) {
+#ifdef EMU_DIRECT
+    if (sched_lanes == NULL || warp != sched_warp) { return NULL; }
+    Warp& w = blk.warps[warp];
+    for (int pos = sched_pos + 1; pos < 32; pos++) {
+        int l = (*sched_lanes)[pos];
+        if (l >= w.nlanes) { continue; }
+        Thread& n = blk.threads[warp * 32 + l];
+        if (n.state == T_NEW || n.state == T_RUNNABLE) {
+            sched_pos = pos;
+            return &n;
+        }
+    }
+#endif
+    (void)warp;
+    return NULL;
+}
+
+// the running thread t (marked waiting) gives the core to the next one in its warp, or back to
+// the scheduler; it continues here when something switches back to it
+static void suspend(Thread* t) {
+#ifdef EMU_DIRECT
+    Thread* n = next_in_warp(t->warp);
+    if (n != NULL) {
+        if (n->state == T_NEW) { fiber_start(n); }
+        cur = n;
+        current.thread_idx = n->idx;
+        emu_ctx_switch(&t->sp, n->sp);
+        cur = t;
+        current.thread_idx = t->idx;
+        return;
+    }
+#endif
+    (void)t;
+    switch_out(false);
+}
+
+// The running thread has returned from the kernel: it is done. Returns the thread the scheduler
+// would run next in this warp (NULL: back to the scheduler); one not started yet runs on this fiber.
+static Thread* thread_finish() {
     Thread* t = cur;
     t->state = T_DONE;
     blk.live--;
@@ -276,7 +340,22 @@ static void thread_exit() {
               t->warp, w.arrived, t->lane);
     }
     if (blk.arrived > 0 && blk.arrived == blk.live) { release_block_barrier(); }
-    free_stacks.push_back(t->stack);   // reused by the next thread that starts (after we left it)
+    return next_in_warp(t->warp);
+}
+
+// the running thread's fiber ends (its stack goes back to the pool); next (runnable) or the
+// scheduler goes on
+static void thread_exit(Thread* next) {
+    free_stacks.push_back(cur->stack);   // reused by the next thread that starts (after we left it)
+#ifdef EMU_DIRECT
+    if (next != NULL) {
+        static void* dead_sp;
+        cur = next;
+        current.thread_idx = next->idx;
+        emu_ctx_switch(&dead_sp, next->sp);
+    }
+#endif
+    (void)next;
     switch_out(true);
     fatal("a finished fiber was resumed");
 }
@@ -290,7 +369,7 @@ void sync_block() {
     }
     cur->state = T_WAIT_BLOCK;
     cur->wait_what = "__syncthreads";
-    switch_out(false);
+    suspend(cur);
 }
 
 void warp_collective(const char* kind, unsigned mask, const void* in, int in_bytes, void* out, WarpFn fn,
@@ -325,7 +404,7 @@ void warp_collective(const char* kind, unsigned mask, const void* in, int in_byt
     } else {
         t->state = T_WAIT_WARP;
         t->wait_what = kind;
-        switch_out(false);
+        suspend(t);
     }
     if (fn) { fn(&w.slot[parity][0][0], 32, t->lane, out, arg); }
 }
@@ -464,17 +543,23 @@ static void run_block(int nthreads, std::vector<int>& warp_order, std::vector<in
             bool again = true;
             while (again) {
                 again = false;
-                for (int l : lane_order) {
+                for (int pos = 0; pos < 32; pos++) {
+                    int l = lane_order[pos];
                     if (l >= blk.warps[w].nlanes) { continue; }
-                    Thread& t = blk.threads[w * 32 + l];
-                    if (t.state == T_NEW) { fiber_start(&t); }
-                    if (t.state != T_RUNNABLE) { continue; }
-                    switch_in(&t);
+                    Thread* t = &blk.threads[w * 32 + l];
+                    if (t->state == T_NEW) { fiber_start(t); }
+                    if (t->state != T_RUNNABLE) { continue; }
+                    sched_warp = w;
+                    sched_pos = pos;
+                    sched_lanes = &lane_order;
+                    switch_in(t);
+                    pos = sched_pos;   // threads started on its fiber after it ran up to here
+                    t = &blk.threads[w * 32 + lane_order[pos]];
                     again = progress = true;
 #ifdef EMU_ASAN
-                    if (t.state == T_DONE) {   // the frames still live on its stack at exit leave poisoned shadow
-                        char* top = t.stack.base + t.stack.size;
-                        char* low = (char*)t.sp - 256 > t.stack.base ? (char*)t.sp - 256 : t.stack.base;
+                    if (t->state == T_DONE) {   // the frames still live on its stack at exit leave poisoned shadow
+                        char* top = t->stack.base + t->stack.size;
+                        char* low = (char*)t->sp - 256 > t->stack.base ? (char*)t->sp - 256 : t->stack.base;
                         ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
                     }
 #endif
