@@ -57,15 +57,15 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # of 1-2 ranks that compute); keep them about equally long in CPU time. Lane 3 holds the suites
 # that mostly wait (watchdog timeouts, hangs that must be detected, ranks killed, latency-bound
 # collectives on up to 8 ranks): alone they use a third of a core, so beside the other two they
-# cost little and their waiting overlaps real work. Each suite's time is printed beside its name
-# (the five slowest at the end); a suite takes 1.5-3x longer here than alone.
+# cost little and their waiting overlaps real work. Each suite's wall time and CPU time are printed
+# beside its name (the five slowest and the CPU total at the end); a suite takes 1.2-3x longer here
+# than alone.
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
-# Alone, one after another, on 2 cores (wall s / CPU s): nvcc 164/320 (two compiles at a time),
-# gpu-bundle 83/112, training-state 55/50, data-parallel 53/51, collectives 53/44, failures 56/9,
-# errors 55/22, pipeline 46/47, build-config 41/41, mixed-precision 33/40, expert-parallel 38/26,
-# the others under 30 s each; in all 1114 s of wall time and 1257 s of CPU (before the python3,
-# hwloc and single-build changes above and in test_precision.sh). In make test on a fresh clone:
-# tests took 651 s (nvcc 260, gpu-bundle 145, collectives 80, reference 62, tensor-parallel 61).
+# In make test on a fresh clone, 2 cores (wall s / CPU s): nvcc 276/321 (two compiles at a time),
+# collectives 79/46, training-state 75/46, gpu-bundle 66/57, build-config 66/43, data-parallel
+# 61/37, the others under 65 s each; the suites' CPU time 1016-1072 s, tests took 541-570 s. The
+# machine is busy all the time (1.9 cores): a suite made cheaper in CPU makes the whole run shorter,
+# a suite moved to another lane hardly does.
 suite kernels       fast 1 ./test_kernelscpu
 suite precision     fast 1 bash test/test_precision.sh
 suite reference     fast 2 bash test/test_reference.sh
