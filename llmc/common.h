@@ -196,3 +196,19 @@ static inline double wall_seconds() {
 }
 
 static inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// A whole number in [0, INT_MAX] at the start of s, in decimal digits only: *out, and *end after
+// it. Returns 0 when there is none or it does not fit an int: "4294967297" is too large, never 1.
+static inline int parse_count(const char* s, int* out, const char** end) {
+    long long v = 0;
+    const char* p = s;
+    while (*p >= '0' && *p <= '9') {
+        v = v * 10 + (*p - '0');
+        if (v > 2147483647LL) { return 0; }
+        p++;
+    }
+    if (p == s) { return 0; }
+    *out = (int)v;
+    if (end) { *end = p; }
+    return 1;
+}

@@ -312,8 +312,12 @@ static inline void guard_parse_fault(Guard* g, const char* s) {
         g->fault_rank = a;
         g->fault_step = b;
     }
-    if (g->fault == FAULT_NONE) {
-        die("--fault must be nan:STEP, nan:RANK:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1), got '%s'", s);
+    char canonical[64];   // the numbers read back as written: one that does not fit an int is refused, not wrapped
+    if (g->fault == FAULT_NAN && g->fault_rank < 0) { snprintf(canonical, sizeof(canonical), "nan:%d", a); }
+    else { snprintf(canonical, sizeof(canonical), "%s:%d:%d", kind, a, b); }
+    if (g->fault == FAULT_NONE || strcmp(canonical, s) != 0) {
+        die("--fault must be nan:STEP, nan:RANK:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1, "
+            "whole numbers up to 2147483647), got '%s'", s);
     }
     if (g->fault_rank >= g->world_size) {
         die("--fault %s: there is no rank %d (the run has %d ranks)", s, g->fault_rank, g->world_size);

@@ -433,11 +433,18 @@ static inline void train_args_check_ps(TrainArgs* a) {
         die("--comm-chunk-kb is built for pure data parallelism: it does not combine with --tp, --pp, --cp or --ep");
     }
     if (a->staleness) {
-        char* end;
-        long s = strtol(a->staleness, &end, 10);
-        if (end == a->staleness || *end != 0) { die("--staleness must be a whole number of steps >= 0, got '%s'", a->staleness); }
-        if (s < 0) { die("--staleness must be >= 0 steps (0 = synchronous), got %ld", s); }
-        a->staleness_bound = (int)s;
+        const char* end = a->staleness;
+        int s = 0;
+        if (a->staleness[0] == '-' && parse_count(a->staleness + 1, &s, &end) && *end == 0) {
+            die("--staleness must be >= 0 steps (0 = synchronous), got %s", a->staleness);
+        }
+        if (!parse_count(a->staleness, &s, &end) || *end != 0) {
+            if (a->staleness[0] && strspn(a->staleness, "0123456789") == strlen(a->staleness)) {
+                die("--staleness %s is more steps than an int holds (at most 2147483647)", a->staleness);
+            }
+            die("--staleness must be a whole number of steps >= 0, got '%s'", a->staleness);
+        }
+        a->staleness_bound = s;
     }
     if (a->ps_async && a->staleness) { die("--ps-async has no bound on staleness: drop --staleness %s (or --ps-async for SSP)", a->staleness); }
     if (a->ps_async || a->staleness) {
@@ -461,7 +468,9 @@ static inline void train_args_check_ps(TrainArgs* a) {
     if (a->ps_log && a->steps < 2) { die("--ps-log is written with the run's summary, after the timed steps: --steps must be >= 2, got %d", a->steps); }
     if (a->straggler && strncmp(a->straggler, "hold:", 5) == 0) {   // a straggler in order, not in time (dp_ps_async.h)
         const char* r = a->straggler + 5;
-        if (*r == 0 || strspn(r, "0123456789") != strlen(r)) {
+        const char* end = r;
+        int rank = 0;
+        if (!parse_count(r, &rank, &end) || *end != 0) {
             die("--straggler hold:RANK names a rank (a whole number >= 0), got '%s'", a->straggler);
         }
         if (!a->ps_async && !a->staleness) {
@@ -472,7 +481,9 @@ static inline void train_args_check_ps(TrainArgs* a) {
         const char* c = strchr(a->straggler, ':');
         char* end = NULL;
         double ms = c ? strtod(c + 1, &end) : -1.0;
-        int rank_ok = c && (strncmp(a->straggler, "random:", 7) == 0 || (c > a->straggler && strspn(a->straggler, "0123456789") == (size_t)(c - a->straggler)));
+        const char* rank_end = a->straggler;
+        int rank = 0;
+        int rank_ok = c && (strncmp(a->straggler, "random:", 7) == 0 || (parse_count(a->straggler, &rank, &rank_end) && rank_end == c));
         if (!rank_ok || !end || *end != 0 || !(ms > 0) || !isfinite(ms)) {
             die("--straggler must be RANK:MS or random:MS with MS > 0 milliseconds, or hold:RANK, got '%s'", a->straggler);
         }

@@ -149,10 +149,12 @@ static inline DPConfig dp_config_from_args(const TrainArgs* a, int pipeline, int
 static inline std::vector<int> pp_split_parse(const char* text) {
     std::vector<int> split;
     for (const char* s = text; s && *s;) {
-        char* end;
-        long n = strtol(s, &end, 10);
-        if (end == s || (*end != ',' && *end != 0)) { die("--pp-split must be comma-separated layer counts, got '%s'", text); }
-        split.push_back((int)n);
+        const char* end = s;
+        int n = 0;
+        if (!parse_count(s, &n, &end) || (*end != ',' && *end != 0)) {
+            die("--pp-split must be comma-separated layer counts (whole numbers up to 2147483647), got '%s'", text);
+        }
+        split.push_back(n);
         s = *end ? end + 1 : end;
     }
     return split;
