@@ -20,6 +20,7 @@
 #include "llmc/step.h"
 #include "llmc/parallel/plan.h"
 #include "llmc/guard.h"
+#include "llmc/outputs.h"
 #include "llmc/tasks/tasks.h"
 #include "llmc/train_state.h"
 #include "llmc/loss_scale.h"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     Guard guard;
     guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/guard.h)
     guard_check_outputs(&args, plan.rank);   // every output path writable, before any work
+    outputs_check_distinct(&args);   // and none the same file as an input or another output (llmc/outputs.h)
 
     // ---- the model, the batch, the task
     GPT2 model;

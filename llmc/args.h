@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <string>
+#include <vector>
 #include "common.h"
 
 typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_SWITCH } ArgType;
@@ -38,6 +40,14 @@ static inline void args_usage(const char* prog, const ArgSpec* specs, int n, con
     }
 }
 
+// The flags the command line gave (by name, without "--"): a flag that only means something beside
+// another is refused when that other is missing (llmc/train_args.h, train_args_check_unused).
+static inline std::vector<std::string>* args_given_list() { static std::vector<std::string> given; return &given; }
+static inline int args_given(const char* name) {
+    for (const std::string& g : *args_given_list()) { if (g == name) { return 1; } }
+    return 0;
+}
+
 static inline void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* intro) {
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -54,6 +64,7 @@ static inline void args_parse(int argc, char** argv, const ArgSpec* specs, int n
         const ArgSpec* spec = NULL;
         for (int k = 0; k < n; k++) { if (name == specs[k].name) { spec = &specs[k]; } }
         if (spec == NULL) { die("unknown flag '--%s' (see --help)", name.c_str()); }
+        args_given_list()->push_back(name);
         if (spec->type == ARG_SWITCH) {
             if (has_inline_value) { die("flag '--%s' takes no value", name.c_str()); }
             *(int*)spec->dest = 1;

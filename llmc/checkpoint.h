@@ -127,6 +127,25 @@ static inline GPT2Config gpt2_read_checkpoint_config(const char* path, int* vers
                 c.num_experts, c.moe_topk, c.moe_every, c.moe_capacity, c.moe_aux);
         }
     }
+    // The header's shape against the file, before anything is allocated: a header that claims 10^9
+    // layers is named here, instead of running out of memory later
+    std::string far = gpt2_shape_beyond_limits(&c);
+    if (!far.empty()) { die("'%s': header says %s", path, far.c_str()); }
+    GPT2Place whole = gpt2_place_whole(&c);
+    ParamInfo info[NUM_PARAMETER_TENSORS];
+    fill_param_table(info, &c, &whole);
+    size_t n = param_table_total(info), elsize = header[1] == CHECKPOINT_VERSION_BF16 ? 2 : 4;
+    long need = 256 * 4 + (long)(n * elsize);
+    f = fopen_or_die(path, "rb");
+    long size = file_size_or_die(f, path);
+    fclose(f);
+    if (size != need) {
+        char moe[96] = "";
+        if (gpt2_is_moe(&c)) { snprintf(moe, sizeof(moe), ", %d experts every %d blocks", c.num_experts, c.moe_every); }
+        die("'%s': header says L %d, NH %d, C %d, V %d (padded %d), maxT %d%s: %zu parameters of %zu bytes, which need %ld "
+            "bytes, but the file has %ld%s", path, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size,
+            c.max_seq_len, moe, n, elsize, need, size, size < need ? " (truncated)" : "");
+    }
     *version_out = header[1];
     return c;
 }

@@ -135,10 +135,29 @@ static inline void die(const char* fmt, ...) {
     die_message(message);
 }
 
-// A directory opens for reading on Linux and then reads nothing: name it instead.
-static inline FILE* fopen_or_die(const char* path, const char* mode) {
+// What a path that exists but is not a regular file is, in words ("" for a regular file).
+static inline const char* file_kind_unless_regular(const struct stat* st) {
+    if (S_ISREG(st->st_mode)) { return ""; }
+    if (S_ISDIR(st->st_mode)) { return "a directory"; }
+    if (S_ISFIFO(st->st_mode)) { return "a named pipe"; }
+    if (S_ISCHR(st->st_mode)) { return "a character device"; }
+    if (S_ISBLK(st->st_mode)) { return "a block device"; }
+    if (S_ISSOCK(st->st_mode)) { return "a socket"; }
+    return "not a regular file";
+}
+
+// Every input is read from a regular file, checked before it is opened: a named pipe would block
+// the open until someone writes to it (the run would hang), a device would read forever, a
+// directory reads nothing. A path that does not exist is left to fopen's own message.
+static inline void check_regular_file_or_die(const char* path) {
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die("'%s' is a directory, expected a file", path); }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        die("'%s' is %s, expected a file", path, file_kind_unless_regular(&st));
+    }
+}
+
+static inline FILE* fopen_or_die(const char* path, const char* mode) {
+    if (mode[0] == 'r') { check_regular_file_or_die(path); }
     FILE* f = fopen(path, mode);
     if (f == NULL) {
         die("cannot open '%s' (mode %s): %s", path, mode, strerror(errno));

@@ -221,6 +221,20 @@ static inline int gpt2_local_layers(const GPT2* m) { return gpt2_place_num_layer
 // layers one activation slot holds: one chunk's (all the stage's without interleaving)
 static inline int gpt2_slot_layers(const GPT2* m) { return gpt2_place_chunk_layers(&m->place); }
 
+// Sane limits on a shape, far above every GPT-2 and today's largest models (GPT-3 175B: 96 layers,
+// 12288 channels; DeepSeek-V3: 256 routed experts), below where a count would overflow or a
+// table of layers or experts could not be built. "" when the shape is within them. A checkpoint's
+// header is held to them too (llmc/checkpoint.h).
+static inline std::string gpt2_shape_beyond_limits(const GPT2Config* c) {
+    struct { const char* name; int value, most; } limits[] = {
+        {"layers", c->num_layers, 1024}, {"heads", c->num_heads, 1024}, {"channels", c->channels, 65536},
+        {"max-seq", c->max_seq_len, 1 << 20}, {"padded vocab", c->padded_vocab_size, 1 << 17}, {"experts", c->num_experts, 1024}};
+    for (auto& l : limits) {
+        if (l.value > l.most) { return std::string(l.name) + " " + std::to_string(l.value) + " is more than " + std::to_string(l.most) + ", the most this code builds"; }
+    }
+    return "";
+}
+
 static inline void gpt2_check_config(const GPT2Config* cfg) {
     if (cfg->num_layers <= 0 || cfg->num_heads <= 0 || cfg->channels <= 0 || cfg->max_seq_len <= 0 ||
         cfg->vocab_size <= 0) {
@@ -234,6 +248,8 @@ static inline void gpt2_check_config(const GPT2Config* cfg) {
         die("padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size, cfg->vocab_size);
     }
     if (cfg->vocab_size > 65536) { die("vocab %d does not fit the uint16 token shards", cfg->vocab_size); }
+    std::string far = gpt2_shape_beyond_limits(cfg);
+    if (!far.empty()) { die("model shape: %s", far.c_str()); }
     gpt2_check_moe(cfg);
 }
 
@@ -256,8 +272,27 @@ static inline void gpt2_shape_shard(GPT2* model, const GPT2Config* cfg, const GP
 }
 
 // The model as a rank at `place` holds it (gpt2_build: the whole model).
+// Memory a shape cannot have is refused before it is asked for, naming what needs it: a model or
+// batch far beyond the machine would otherwise fail deep inside an allocation, or (Linux
+// overcommits) be killed later when its pages are touched. This rank's parameters with their
+// gradients, AdamW moments and master copy; then (gpt2_activations_slots) with the activations.
+static inline double gpt2_state_bytes(const GPT2* model) {
+    double n = (double)model->num_parameters;
+    return n * (2.0 * sizeof(floatX) + 2.0 * sizeof(float) + (sizeof(floatX) < sizeof(float) ? sizeof(float) : 0));
+}
+static inline void gpt2_check_fits(const char* what, double bytes) {
+    double have = (double)device_memory_total();
+    if (bytes > have) {
+        die("%s need %.1f GiB, more than the %.1f GiB of memory there is (a smaller model, --batch or --seq, or more "
+            "ranks to share it)", what, bytes / 1073741824.0, have / 1073741824.0);
+    }
+}
+
 static inline void gpt2_build_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
     gpt2_shape_shard(model, cfg, place);
+    char what[128];
+    snprintf(what, sizeof(what), "the %zu parameters of this rank with their gradients and AdamW state", model->num_parameters);
+    gpt2_check_fits(what, gpt2_state_bytes(model));
     size_t bytes = model->num_parameters * sizeof(floatX);
     model->params_memory = (floatX*)device_malloc(bytes);
     model->grads_memory = (floatX*)device_malloc(bytes);
@@ -415,6 +450,10 @@ static inline void gpt2_activations_slots(GPT2* model, int B, int T, int slots, 
         return;
     }
     if (model->acts_memory) { device_free(model->acts_memory); free(model->losses_host); }
+    char what[160];
+    snprintf(what, sizeof(what), "the activations of %d x %d tokens (%d slot%s) with the %zu parameters' state", B, T, slots,
+             slots > 1 ? "s" : "", model->num_parameters);
+    gpt2_check_fits(what, (double)total + gpt2_state_bytes(model));
     model->acts_memory = device_malloc(total);
     model->acts_bytes = total;
     model->acts_requested = requested;

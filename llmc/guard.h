@@ -441,7 +441,8 @@ static inline void guard_check_output(const char* flag, const char* path, int is
 static inline void guard_check_outputs(const TrainArgs* a, int rank) {
     if (rank == 0) {
         struct { const char* flag; const char* path; } files[] = {
-            {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}, {"ps-log", a->ps_log}};
+            {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}, {"ps-log", a->ps_log},
+            {"plan-check", a->plan_check}};
         for (auto& f : files) {
             if (f.path) { guard_check_output(f.flag, f.path, 0); }
         }

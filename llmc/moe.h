@@ -105,7 +105,8 @@ typedef struct MoE {
 } MoE;
 
 static inline int moe_capacity(const GPT2Config* c, int T) {
-    return (int)ceil((double)c->moe_capacity * T * c->moe_topk / c->num_experts);
+    double cap = ceil((double)c->moe_capacity * T * c->moe_topk / c->num_experts);
+    return cap < T ? (int)cap : T;   // an expert never gets more than the T tokens of a sequence (a huge factor: T)
 }
 
 // ---------------------------------------------------------------------------------------

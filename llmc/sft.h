@@ -71,6 +71,7 @@ static inline void sft_read_file(const char* path, int vocab_size, int eot, std:
     fclose(f);
     std::string mpath = sft_mask_path(path);
     const char* mp = mpath.c_str();
+    check_regular_file_or_die(mp);
     FILE* mf = fopen(mp, "rb");
     if (mf == NULL) { die("SFT loss mask '%s' for shard '%s' is missing: %s", mp, path, strerror(errno)); }
     long size = file_size_or_die(mf, mp);

@@ -101,6 +101,7 @@ typedef struct {
 
 static inline void train_args_check_ps(TrainArgs* a);
 static inline void train_args_check(TrainArgs* a);
+static inline void train_args_check_unused(const TrainArgs* a);
 
 static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     die_set_rank_from_launcher();   // a bad flag under mpirun: "error: [rank R] ..." before MPI starts
@@ -241,6 +242,49 @@ static inline void parse_train_args(int argc, char** argv, TrainArgs* a) {
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
                "Trains GPT-2 (" BACKEND_NAME "). Default: the tiny model on the arithmetic dataset.");
     train_args_check(a);
+    train_args_check_unused(a);
+}
+
+// Flags that only mean something beside another: given without it they would do nothing, so they
+// are refused, as --sp without --tp and the pipeline flags without --pp are. Only the command
+// line's own flags are judged (args_given; the planner's candidates are not), and input paths
+// (--sft-train, --prompts, ...) are exempt: a launch script may name every dataset for any task.
+static inline void train_args_check_unused(const TrainArgs* a) {
+    int planner = a->plan || a->mesh, plan_all = a->plan && strcmp(a->plan, "all") == 0;
+    int moe = a->moe_experts > 0 || a->load;   // (a dense --load: gpt2_config_from_args refuses the MoE flags)
+    int rlvr = strcmp(a->task, "rlvr") == 0;
+    struct { const char* flag; int used; const char* needs; } rules[] = {
+        {"cp-algo", a->cp > 1 || planner, "--cp 2 or more"},
+        {"cp-split", a->cp > 1 || planner, "--cp 2 or more"},
+        {"error-feedback", strcmp(a->compress, "none") != 0, "--compress"},
+        {"moe-topk", moe, "--moe-experts E"},
+        {"moe-every", moe, "--moe-experts E"},
+        {"moe-capacity", moe, "--moe-experts E"},
+        {"moe-aux", moe, "--moe-experts E"},
+        {"fp8-history", strcmp(a->fp8, "delayed") == 0, "--fp8 delayed"},
+        {"loss-scale-init", strcmp(a->loss_scale, "dynamic") == 0, "--loss-scale dynamic"},
+        {"loss-scale-window", strcmp(a->loss_scale, "dynamic") == 0, "--loss-scale dynamic"},
+        {"devices", plan_all, "--plan all (a run's devices are the ranks mpirun starts)"},
+        {"plan-top", plan_all, "--plan all"},
+        {"per-node", planner, "the planner (--plan or --mesh auto)"},
+        {"machine", planner, "the planner (--plan or --mesh auto)"},
+        {"device-mem", planner, "the planner (--plan or --mesh auto)"},
+        {"peak-tflops", planner, "the planner (--plan or --mesh auto)"},
+        {"efficiency", planner, "the planner (--plan or --mesh auto)"},
+        {"links", planner, "the planner (--plan or --mesh auto)"},
+        {"ps-servers", strcmp(a->dp_mode, "ps") == 0, "--dp-mode ps"},
+        {"bucket-mb", strcmp(a->dp_mode, "ddp") == 0, "--dp-mode ddp (buckets)"},
+        {"save-every", a->save != NULL, "--save FILE"},
+        {"group", rlvr, "--task rlvr"},
+        {"max-new", rlvr, "--task rlvr"},
+        {"rl-mode", rlvr, "--task rlvr"},
+        {"reward", rlvr, "--task rlvr"},
+        {"kl", rlvr, "--task rlvr"},
+        {"metrics", rlvr, "--task rlvr (its per-step CSV)"},
+    };
+    for (auto& r : rules) {
+        if (args_given(r.flag) && !r.used) { die("--%s does nothing without %s: add that, or drop --%s", r.flag, r.needs, r.flag); }
+    }
 }
 
 // Every check that needs no file, on flags already parsed: the trainer runs it once; the planner
@@ -256,6 +300,31 @@ static inline void train_args_check(TrainArgs* a) {
         {"accuracy", a->accuracy}, {"sample-every", a->sample_every}, {"sample-len", a->sample_len},
         {"top-k", a->top_k}, {"threads", a->threads}};
     for (auto& p : non_negative) { if (p.value < 0) { die("--%s must be >= 0, got %d", p.name, p.value); } }
+    // Upper bounds: beyond them a count overflows, a table or a pool of threads cannot be built, or
+    // a wait never ends. (A shape the memory cannot hold is refused where the model is built,
+    // before it is allocated: llmc/gpt2.h, gpt2_check_fits; the model's own limits are there too.)
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    struct { const char* name; double value, most; const char* why; } most[] = {
+        {"threads", (double)a->threads, (double)std::max(256L, cores), "more threads than cores only wait for each other"},
+        {"vocab", (double)a->vocab, 65536, "token ids are 16-bit in the shards"},
+        {"batch", (double)a->batch, 1 << 20, "sequences per step"},
+        {"seq", (double)a->seq, 1 << 20, "tokens per sequence"},
+        {"moe-experts", (double)a->moe_experts, 1024, "DeepSeek-V3 routes among 256"},
+        {"fp8-history", (double)a->fp8_history, 1024, "steps of amax history: Transformer Engine's default is 1024"},
+        {"bucket-mb", (double)a->bucket_mb, 65536, "MiB of gradients per bucket"},
+        {"comm-timeout", (double)a->comm_timeout, 1e6, "seconds; 0 waits forever"},
+        {"devices", (double)a->devices, 1 << 20, "the largest clusters have about 10^5"},
+        {"per-node", (double)a->per_node, 1024, "devices in one node"}};
+    for (auto& m : most) {
+        if (m.value > m.most) {
+            auto num = [](double x) { char s[32]; snprintf(s, sizeof(s), x == floor(x) && fabs(x) < 1e15 ? "%.0f" : "%g", x); return std::string(s); };
+            die("--%s %s is more than %s, the most this trainer serves (%s)", m.name, num(m.value).c_str(), num(m.most).c_str(), m.why);
+        }
+    }
+    if ((double)a->batch * a->seq > (double)(1 << 27)) {
+        die("--batch %d x --seq %d = %.0f tokens per step is more than 2^27 = 134217728 (eight times Llama 3 405B's 16M)",
+            a->batch, a->seq, (double)a->batch * a->seq);
+    }
     if (a->batch % a->grad_accum != 0) {
         die("--batch %d is not divisible by --grad-accum %d", a->batch, a->grad_accum);
     }
@@ -353,6 +422,10 @@ static inline void train_args_check(TrainArgs* a) {
     if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
     if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
     if (!(a->comm_timeout >= 0.0f)) { die("--comm-timeout must be >= 0 seconds, got %g", a->comm_timeout); }
+    if (a->comm_timeout > 0.0f && a->comm_timeout < 1.0f) {   // the watchdogs trade marks every 0.25 s (llmc/guard.h)
+        die("--comm-timeout %g s is shorter than the 1 s the watchdog needs to hear from the other ranks (0 = wait forever)",
+            a->comm_timeout);
+    }
     if (strcmp(a->on_nan, "stop") != 0 && strcmp(a->on_nan, "skip") != 0) { die("--on-nan must be stop or skip, got '%s'", a->on_nan); }
     if (a->precision && strcmp(a->precision, "fp32") != 0 && strcmp(a->precision, "bf16") != 0 && strcmp(a->precision, "fp16") != 0) {
         die("--precision must be fp32, bf16 or fp16, got '%s'", a->precision);
@@ -487,6 +560,9 @@ static inline void train_args_check_ps(TrainArgs* a) {
         if (!rank_ok || !end || *end != 0 || !(ms > 0) || !isfinite(ms)) {
             die("--straggler must be RANK:MS or random:MS with MS > 0 milliseconds, or hold:RANK, got '%s'", a->straggler);
         }
+        if (ms > 60000.0) {
+            die("--straggler %s: %g ms a step is more than a minute, the most a simulated straggler sleeps", a->straggler, ms);
+        }
     }
     if (strcmp(a->compress, "none") != 0) {
         const char* c = strchr(a->compress, ':');
@@ -533,6 +609,12 @@ static inline GPT2Config gpt2_config_from_args(const TrainArgs* a, int* version)
             die("--load takes the model's shape from the checkpoint: drop --layers/--heads/--channels/--max-seq/--vocab");
         }
         GPT2Config c = gpt2_read_checkpoint_config(a->load, version);
+        const char* moe_flags[] = {"moe-topk", "moe-every", "moe-capacity", "moe-aux"};
+        for (const char* f : moe_flags) {
+            if (!gpt2_is_moe(&c) && args_given(f)) {
+                die("--load '%s' is a dense checkpoint (version %d): --%s does nothing; drop it", a->load, *version, f);
+            }
+        }
         if (a->moe_experts > 0 && !gpt2_is_moe(&c)) {
             die("--load '%s' is a dense checkpoint (version %d): --moe-experts %d does not apply; drop it, or start a new MoE "
                 "model with --model", a->load, *version, a->moe_experts);

@@ -67,6 +67,21 @@ mask = open(f"{d}/data/sft_val_000000.mask", "rb").read()
 put("sftnomask_000000.bin", sft)
 put("sftmask_000000.bin", sft)
 put("sftmask_000000.mask", struct.pack("<i", 99) + mask[4:])
+# checkpoint headers that claim another shape than the file holds
+h = list(hdr); h[4] = 10**9; put("ck_layers.bin", with_header(h))                                 # 10^9 layers
+h = list(hdr); h[4] = 100; put("ck_deep.bin", with_header(h))                                     # 100 layers, 2 in the file
+h = list(hdr); h[7] = 131072; put("ck_vocab.bin", with_header(h))                                 # a vocabulary padded to 131072
+h = list(hdr); h[5], h[6] = 2, 2147483520; put("ck_channels.bin", with_header(h))                  # 2^31 channels
+# inputs that are not regular files (out/fifo, in each row's directory, is another)
+put("sftfifo_000000.bin", sft)
+os.mkfifo(f"{i}/sftfifo_000000.mask")
+# the planner's links files
+put("links_good.txt", b"# measured with collbench\nintra 5 25\ninter 30 1\n")
+put("links_unit.txt", b"intra 5 25x\n")
+put("links_extra.txt", b"intra 5 25\ninter 10 2 7\n")
+put("links_twice.txt", b"# measured\nintra 5 25\nintra 6 20\n")
+put("links_negative.txt", b"intra -5 25\n")
+put("links_empty.txt", b"# nothing measured yet\n\n")
 EOF
 [ $? -eq 0 ] || { echo "FAIL making the broken inputs"; exit 1; }
 
@@ -89,6 +104,7 @@ B=$(bad_state st_corrupt); printf '\x55' | dd of="$B/rank-00001.bin" bs=1 seek=3
 B=$(bad_state st_truncated); truncate -s -8 "$B/rank-00001.bin"
 B=$(bad_state st_dirfile); rm "$B/rank-00001.bin"; mkdir "$B/rank-00001.bin"
 B=$(bad_state st_badlatest); echo "../../elsewhere" >"$B/../latest"
+B=$(bad_state st_fifo); rm "$B/manifest"; mkfifo "$B/manifest"
 
 # ---- the rows
 TRAINER=$(realpath "${TRAINER:-./train_gpt2cpu}")
@@ -146,6 +162,7 @@ def run(row):
     os.makedirs(f"{d}/out/busy.bin.tmp")
     open(f"{d}/out/file.txt", "w").write("a file\n")
     os.mkfifo(f"{d}/out/fifo")   # not a regular file (never a real device: a broken check would replace it)
+    os.symlink("file.txt", f"{d}/out/link.txt")   # another name of out/file.txt
     for x in ("data", "in"):
         os.symlink(f"../../{x}", f"{d}/{x}")
     before = listing(f"{d}/out")

@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "../common.h"
 #include "round.h"   // --precision: floatx_round, the CPU kernels' storage format
 
@@ -27,6 +28,11 @@ static inline void* device_malloc(size_t bytes) {
     return p;
 }
 static inline void device_free(void* p) { free(p); }
+// All the memory there is to allocate from: the machine's physical memory (on the CPU "device"
+// memory is host memory). Shapes that need more are refused before they are allocated.
+static inline size_t device_memory_total() {
+    return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+}
 static inline void device_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static inline void copy_host_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void copy_device_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }

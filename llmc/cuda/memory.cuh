@@ -30,6 +30,14 @@ static inline void* device_malloc(size_t bytes) {
     return p;
 }
 static inline void device_free(void* p) { if (p) { cudaCheck(cudaFree(p)); } }
+// All the memory there is to allocate from: this GPU's memory. Shapes that need more are refused
+// before they are allocated.
+static inline size_t device_memory_total() {
+    backend_ensure_init();
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    return total_b;
+}
 static inline void device_memset_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
 static inline void copy_host_to_device(void* dst, const void* src, size_t bytes) {
     cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));

@@ -4,7 +4,9 @@
 // functions the trainer prints its memory tables and byte counts with.
 //
 //   flags ──> candidates: dp x pp x cp x tp = devices (ep | dp for an MoE), ZeRO 0-3, --sp,
-//             schedule (gpipe, 1f1b, interleaved v = 2, zb-h1), --recompute, micro-batches m
+//             schedule (gpipe, 1f1b, interleaved v = 2, zb-h1), --recompute, micro-batches m;
+//             only the meshes that can split the model at all (tp | heads, cp | T, dp | batch,
+//             pp <= layers: mesh_can_split), so any --devices is planned in well under a second
 //         ──> each: the trainer's own checks (train_args_check, the place, the schedule, cp's
 //             split: die() trapped into a reason, llmc/common.h's die_trap_run)
 //         ──> each pipeline stage (rank dp 0, cp 0, tp 0 of it): memory per category, bytes per
@@ -291,6 +293,51 @@ typedef struct {
     int cores;                 // cpu: the cores the devices share
 } Machine;
 
+// A links file (collbench measures the values), read as strictly as the flags: each line
+// "intra|inter ALPHA_US GB_PER_S" (blank lines and # comments aside), each number whole ("25x"
+// is not 25), each link at most once; an error names the file and the line.
+static inline void machine_read_links(Machine* m, const char* path) {
+    FILE* f = fopen_or_die(path, "r");
+    std::string text;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) { text.append(buf, got); }
+    fclose(f);
+    int line_no = 0, first[2] = {0, 0};
+    for (size_t at = 0; at < text.size();) {
+        size_t end = text.find('\n', at);
+        if (end == std::string::npos) { end = text.size(); }
+        std::string line = text.substr(at, end - at);
+        at = end + 1;
+        line_no++;
+        std::vector<std::string> words;
+        for (size_t i = 0; i < line.size();) {
+            while (i < line.size() && isspace((unsigned char)line[i])) { i++; }
+            size_t j = i;
+            while (j < line.size() && !isspace((unsigned char)line[j])) { j++; }
+            if (j > i) { words.push_back(line.substr(i, j - i)); }
+            i = j;
+        }
+        if (words.empty() || words[0][0] == '#') { continue; }
+        double v[2] = {-1.0, -1.0};
+        for (int i = 0; i < 2 && i + 1 < (int)words.size(); i++) {
+            char* e = NULL;
+            v[i] = strtod(words[i + 1].c_str(), &e);
+            if (*e != 0 || !isfinite(v[i])) { v[i] = -1.0; }
+        }
+        int k = words[0] == "inter";
+        if (words.size() != 3 || (words[0] != "intra" && words[0] != "inter") || !(v[0] >= 0) || !(v[1] > 0)) {
+            die("--links '%s', line %d: '%s' is not 'intra|inter ALPHA_US GB_PER_S' (alpha >= 0 us, bandwidth > 0 GB/s)", path,
+                line_no, line.c_str());
+        }
+        if (first[k]) { die("--links '%s', line %d: the %s link again (first on line %d)", path, line_no, words[0].c_str(), first[k]); }
+        first[k] = line_no;
+        m->alpha[k] = v[0] * 1e-6;
+        m->bw[k] = v[1] * 1e9;
+    }
+    if (!first[0] && !first[1]) { die("--links '%s' has no 'intra|inter ALPHA_US GB_PER_S' line", path); }
+}
+
 static inline Machine machine_from_args(const TrainArgs* a, int devices) {
     Machine m;
 #ifdef LLMC_CPU
@@ -323,27 +370,7 @@ static inline Machine machine_from_args(const TrainArgs* a, int devices) {
     }
     if (a->efficiency > 0) { m.eff = a->efficiency; }
     if (a->per_node > 0) { m.per_node = a->per_node; }
-    if (a->links) {
-        FILE* f = fopen_or_die(a->links, "r");
-        char line[256];
-        int n = 0;
-        while (fgets(line, sizeof(line), f)) {
-            char which[16];
-            double us, gbs;
-            if (line[0] == '#' || line[0] == '\n') { continue; }
-            if (sscanf(line, "%15s %lf %lf", which, &us, &gbs) != 3 || (strcmp(which, "intra") != 0 && strcmp(which, "inter") != 0) ||
-                !(us >= 0) || !(gbs > 0)) {
-                fclose(f);
-                die("--links '%s': expected lines 'intra|inter ALPHA_US GB_PER_S', got '%.*s'", a->links, (int)strcspn(line, "\n"), line);
-            }
-            int k = strcmp(which, "inter") == 0;
-            m.alpha[k] = us * 1e-6;
-            m.bw[k] = gbs * 1e9;
-            n++;
-        }
-        fclose(f);
-        if (n == 0) { die("--links '%s' has no 'intra|inter ALPHA_US GB_PER_S' line", a->links); }
-    }
+    if (a->links) { machine_read_links(&m, a->links); }
     return m;
 }
 
@@ -440,10 +467,9 @@ static inline Prediction planner_evaluate(const TrainArgs* base, const GPT2Confi
             die("--ep %d does not divide the %d data-parallel ranks: the ep groups are formed from them", a.ep, c->dp);
         }
         std::vector<int> split = pp_split_parse(a.pp_split);
-        for (int r = 0; r < world; r++) {
-            int coord[4];
-            coord_of_rank(size, r, coord);
-            if (!every_rank && (coord[MESH_DP] | coord[MESH_CP] | coord[MESH_TP])) { continue; }   // one rank per stage
+        for (int r = 0; r < (every_rank ? world : c->pp); r++) {   // every rank, or one per stage
+            int coord[4] = {0, r, 0, 0};   // (dp, pp, cp, tp) of stage r's first rank
+            if (every_rank) { coord_of_rank(size, r, coord); }
             RankPlan rp = planner_rank(&a, cfg, size, coord, split);
             if (r == 0) { first = rp; }
             if (ranks) { ranks->push_back(rp.fig); }
@@ -461,19 +487,38 @@ static inline Prediction planner_evaluate(const TrainArgs* base, const GPT2Confi
 // ---------------------------------------------------------------------------------------
 // Every candidate for `devices` devices.
 
-static inline std::vector<int> divisors(int n) {
-    std::vector<int> d;
-    for (int i = 1; i <= n; i++) { if (n % i == 0) { d.push_back(i); } }
-    return d;
+static inline std::vector<int> divisors(int n) {   // ascending, in sqrt(n) steps
+    std::vector<int> low, high;
+    for (int i = 1; (long long)i * i <= n; i++) {
+        if (n % i == 0) {
+            low.push_back(i);
+            if (i != n / i) { high.push_back(n / i); }
+        }
+    }
+    low.insert(low.end(), high.rbegin(), high.rend());
+    return low;
+}
+
+// The meshes enumerated: the splits of the model and batch that can exist at all, each a divisor
+// of what it splits: tp of the heads, cp of the sequence, dp of the batch, pp at most the layers.
+// Every other split is refused by the trainer's first checks whatever the rest of the candidate,
+// so it is left out before the checks run: the enumeration then grows with the model's and the
+// batch's divisors, not with --devices (a million devices are planned as fast as eight).
+static inline int mesh_can_split(const TrainArgs* a, const GPT2Config* cfg, int dp, int pp, int cp, int tp) {
+    return cfg->num_heads % tp == 0 && a->seq % cp == 0 && a->batch % dp == 0 && pp <= cfg->num_layers;
 }
 
 // quick: the meshes alone (ZeRO 0, 1f1b, no SP, no recomputation), to find how many devices work
 static inline std::vector<Candidate> planner_candidates(const TrainArgs* a, const GPT2Config* cfg, int devices, int quick = 0) {
     std::vector<Candidate> out;
-    for (int tp : divisors(devices)) {
-        for (int cp : divisors(devices / tp)) {
-            for (int pp : divisors(devices / tp / cp)) {
+    for (int tp : divisors(cfg->num_heads)) {
+        if (devices % tp != 0) { continue; }
+        for (int cp : divisors(a->seq)) {
+            if ((devices / tp) % cp != 0) { continue; }
+            for (int pp = 1; pp <= cfg->num_layers; pp++) {
+                if ((devices / tp / cp) % pp != 0) { continue; }
                 int dp = devices / (tp * cp * pp);
+                if (!mesh_can_split(a, cfg, dp, pp, cp, tp)) { continue; }
                 std::vector<int> eps = gpt2_is_moe(cfg) ? divisors(dp) : std::vector<int>{1};
                 for (int ep : eps) {
                     for (int sp = 0; sp <= (tp > 1 && !quick); sp++) {
@@ -586,13 +631,32 @@ static inline void planner_explain_nothing(const TrainArgs* a, const GPT2Config*
     if (res.valid.empty()) {
         // the reasons of the plain meshes (ZeRO 0, 1f1b, no SP: not the combinations that are not built)
         PlanResult q = planner_run(a, cfg, devices, mc, 1);
-        printf("nothing runs: all %zu candidates for %d devices are refused by the trainer's checks; the reasons for the "
-               "%zu plain meshes:\n", res.total, devices, q.total);
+        if (res.total == 0) {
+            printf("nothing runs: no mesh of %d devices splits this model and batch (tp a divisor of the %d heads, cp of the "
+                   "sequence's %d tokens, dp of the batch's %d sequences, pp at most the %d layers)\n", devices,
+                   cfg->num_heads, a->seq, a->batch, cfg->num_layers);
+        } else {
+            printf("nothing runs: all %zu candidates for %d devices are refused by the trainer's checks; the reasons for the "
+                   "%zu plain meshes:\n", res.total, devices, q.total);
+        }
         std::vector<std::pair<int, std::string>> why;
         for (auto& kv : q.refused) { why.push_back({kv.second, kv.first}); }
         std::sort(why.rbegin(), why.rend());
         for (size_t i = 0; i < why.size() && i < 6; i++) { printf("  %5d x %s\n", why[i].first, why[i].second.c_str()); }
-        for (int n = devices - 1; n >= 1; n--) {   // the most devices this model and batch can use
+        std::vector<int> sizes;   // the meshes that can split this model and batch, below --devices
+        for (int tp : divisors(cfg->num_heads)) {
+            for (int cp : divisors(a->seq)) {
+                for (int pp = 1; pp <= cfg->num_layers; pp++) {
+                    for (int dp : divisors(a->batch)) {
+                        long long n = (long long)dp * pp * cp * tp;
+                        if (n < devices) { sizes.push_back((int)n); }
+                    }
+                }
+            }
+        }
+        std::sort(sizes.rbegin(), sizes.rend());
+        sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+        for (int n : sizes) {   // the most devices this model and batch can use
             PlanResult r = planner_run(a, cfg, n, mc, 1);
             if (!r.valid.empty()) {
                 printf("what would: %d devices (e.g. %s%s), or a larger --batch / --seq for more data and context "

@@ -26,9 +26,8 @@ static inline void task_init(Task* t, GPT2* model, Plan* plan, const TrainArgs* 
     t->metrics = NULL;
     t->heldout = NAN;
     if (!a->bench) {
-        FILE* f = a->tokenizer ? fopen(a->tokenizer, "rb") : NULL;
-        if (f) {
-            fclose(f);
+        struct stat st;
+        if (a->tokenizer && stat(a->tokenizer, &st) == 0) {   // (a pipe or a directory: tokenizer_load names it)
             tokenizer_load(&t->tokenizer, a->tokenizer);
             if (t->tokenizer.vocab_size != model->config.vocab_size) {
                 die("tokenizer '%s' has %d tokens but the model's vocabulary is %d", a->tokenizer,

@@ -1,0 +1,125 @@
+// Outputs that would overwrite an input or each other, refused before step 1.
+//
+// `--log data/arithmetic/val_000000.bin` would replace a validation shard with a log, and
+// `--save run.bin --log run.bin` would leave whichever file is written last. So before any work
+// (after guard_check_outputs has found every output path writable) every output file is compared
+// with every input file the flags name and with every other output:
+//   the same file     when both exist: the same device and inode (a hard link, a symlink, "./x"
+//                     and "x" all count); when the output does not exist yet: the same resolved
+//                     path (its directory through realpath, then its name)
+//   inside a state    an output file inside --save-state's or --resume's directory, whose files
+//                     the training state writes and removes itself
+// Inputs: --train-data, --val-data, --sft-train, --sft-val, --prompts (globs, each shard's
+// ".mask" beside it), --tokenizer, --load, --links, given or default, whether or not this run's
+// task reads them: a path named as an input is never written.
+#pragma once
+
+#include <glob.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <string>
+#include <vector>
+#include "common.h"
+#include "train_args.h"
+
+typedef struct {
+    std::string flag, given;   // the flag and the path (or pattern) as given
+    std::string path;          // this file's path (a pattern's match)
+    std::string resolved;      // the absolute path, its directory resolved through symlinks
+    int exists;
+    dev_t dev;
+    ino_t ino;
+} NamedFile;
+
+static inline NamedFile named_file(const char* flag, const std::string& given, const std::string& path) {
+    NamedFile f{flag, given, path, "", 0, 0, 0};
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) { f.exists = 1; f.dev = st.st_dev; f.ino = st.st_ino; }
+    char buf[PATH_MAX];
+    if (realpath(path.c_str(), buf)) {
+        f.resolved = buf;
+    } else {   // not there yet: its directory resolved, then its name
+        size_t slash = path.rfind('/');
+        std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+        std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+        f.resolved = (realpath(dir.c_str(), buf) ? std::string(buf) : dir) + "/" + name;
+    }
+    return f;
+}
+
+static inline int same_file(const NamedFile& a, const NamedFile& b) {
+    if (a.exists && b.exists) { return a.dev == b.dev && a.ino == b.ino; }
+    return a.resolved == b.resolved;
+}
+
+// Every file a pattern matches (and an SFT shard's mask beside it); the pattern itself when
+// nothing matches (an output named exactly like it is still refused).
+static inline void add_input_files(std::vector<NamedFile>* in, const char* flag, const char* pattern) {
+    if (!pattern) { return; }
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            std::string p = g.gl_pathv[i];
+            in->push_back(named_file(flag, pattern, p));
+            if (p.size() > 4 && p.compare(p.size() - 4, 4, ".bin") == 0) {
+                std::string mask = p.substr(0, p.size() - 4) + ".mask";
+                struct stat st;
+                if (stat(mask.c_str(), &st) == 0) { in->push_back(named_file(flag, pattern, mask)); }
+            }
+        }
+    } else {
+        in->push_back(named_file(flag, pattern, pattern));
+    }
+    globfree(&g);
+}
+
+static inline int path_inside(const std::string& resolved, const std::string& dir) {
+    char buf[PATH_MAX];
+    if (!realpath(dir.c_str(), buf)) { return 0; }   // (a state directory not made yet holds nothing)
+    std::string d = buf;
+    if (d != "/") { d += "/"; }
+    return resolved.compare(0, d.size(), d) == 0;
+}
+
+// Every rank checks (rank 0 writes the files, but every rank reads the inputs: each must stop
+// before it reads one that is about to be overwritten, with the same message).
+static inline void outputs_check_distinct(const TrainArgs* a) {
+    std::vector<NamedFile> in, out;
+    add_input_files(&in, "train-data", a->train_data);
+    add_input_files(&in, "val-data", a->val_data);
+    add_input_files(&in, "sft-train", a->sft_train);
+    add_input_files(&in, "sft-val", a->sft_val);
+    add_input_files(&in, "prompts", a->prompts);
+    add_input_files(&in, "tokenizer", a->tokenizer);
+    add_input_files(&in, "load", a->load);
+    add_input_files(&in, "links", a->links);
+    struct { const char* flag; const char* path; } outputs[] = {
+        {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}, {"ps-log", a->ps_log},
+        {"plan-check", a->plan_check}};
+    for (auto& o : outputs) {
+        if (o.path) { out.push_back(named_file(o.flag, o.path, o.path)); }
+    }
+    for (size_t i = 0; i < out.size(); i++) {
+        const NamedFile& o = out[i];
+        for (const NamedFile& x : in) {
+            if (same_file(o, x)) {
+                die("--%s '%s' is the same file as the input '%s' (--%s '%s'): writing it would overwrite that input",
+                    o.flag.c_str(), o.given.c_str(), x.path.c_str(), x.flag.c_str(), x.given.c_str());
+            }
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (same_file(o, out[j])) {
+                die("--%s '%s' and --%s '%s' are the same file: each output needs a path of its own", out[j].flag.c_str(),
+                    out[j].given.c_str(), o.flag.c_str(), o.given.c_str());
+            }
+        }
+        struct { const char* flag; const char* dir; } states[] = {{"save-state", a->save_state}, {"resume", a->resume}};
+        for (auto& s : states) {
+            if (s.dir && path_inside(o.resolved, s.dir)) {
+                die("--%s '%s' is inside the training-state directory --%s '%s', whose files the state writes and removes",
+                    o.flag.c_str(), o.given.c_str(), s.flag, s.dir);
+            }
+        }
+    }
+}
