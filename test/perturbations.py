@@ -69,6 +69,16 @@ PERTURBATIONS = [
     ("data position not restored", "llmc/train_state.h", "stmt", "task->set_position(task, &pos, ppath.c_str());", ""),
     ("AdamW t not restored", "llmc/train_state.h", "stmt", "m->step = mf.adamw_t;", ""),
     ("AdamW m not restored", "llmc/train_state.h", "expr", "KIND_M", "KIND_V", "int kinds[3] = {KIND_M,"),
+    # test/test_errors.sh (its PERTURBED list): a check of a training-state directory switched off
+    ("the manifest's checksum not checked", "llmc/train_state.h", "expr",
+     "text.compare(last + 1, std::string::npos, state_crc_line(text.substr(0, last + 1))) != 0", "0"),
+    ("a small state file's checksum not checked", "llmc/train_state.h", "expr", "text.size() != bytes || crc != hash", "0"),
+    ("the manifest's step not checked against its directory", "llmc/train_state.h", "expr", "mf.step != dir_step", "0"),
+    ("the position's step not checked", "llmc/train_state.h", "expr", "pstep != mf.step", "0"),
+    ("the log not checked against the step", "llmc/train_state.h", "stmt",
+     'state_check_log(mf.log, mf.step, mf.step_dir + "/log");', ""),
+    ("control characters kept in error messages", "llmc/common.h", "expr", "escape_controls(raw)", "std::string(raw)"),
+    ("the state directory not checked before the run", "llmc/guard.h", "stmt", "guard_check_state_dir(a->save_state);", ""),
     # test/test_planner.sh
     ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_zero.h", "stmt",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",
