@@ -741,14 +741,12 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         }
         const std::string* texts[4] = {&ptext, &ts->log, &metrics, &mtext};
         const char* names[4] = {"position", "log", "metrics", "manifest"};   // the manifest last
+        for (int k = 0; k < 3; k++) {   // each small file's size and CRC-32, then the manifest's own checksum
+            snprintf(buf, sizeof(buf), "%s %zu %08x\n", names[k], texts[k]->size(), crc32_update(0, texts[k]->data(), texts[k]->size()));
+            mtext += buf;
+        }
+        mtext += state_crc_line(mtext);
         for (int i = 0; i < 4 && err.empty(); i++) {
-            if (i == 3) {   // each small file's size and CRC-32, then the manifest's own checksum line
-                for (int k = 0; k < 3; k++) {
-                    snprintf(buf, sizeof(buf), "%s %zu %08x\n", names[k], texts[k]->size(), crc32_update(0, texts[k]->data(), texts[k]->size()));
-                    mtext += buf;
-                }
-                mtext += state_crc_line(mtext);
-            }
             sw_open(&w, tmp_dir + "/" + names[i]);
             sw_write(&w, texts[i]->data(), texts[i]->size());
             if (!sw_close(&w)) { err = w.err; }

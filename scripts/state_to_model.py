@@ -13,7 +13,7 @@ file is llm.c's version 3 (fp32), or version 10 for a mixture of experts (doc/ex
 the same bytes the trainer's --save writes for the same weights. Written to OUT.bin.tmp and
 renamed when complete.
 """
-import os, struct, sys, zlib
+import os, re, struct, sys, zlib
 from array import array
 
 MAGIC_STATE, MAGIC_MODEL = 20261123, 20240326
@@ -31,7 +31,10 @@ def main():
     latest = os.path.join(d, "latest")
     if not os.path.isfile(latest):
         die(f"'{d}' holds no complete training state (no 'latest' file)")
-    step_dir = os.path.join(d, open(latest).read().strip())
+    name = open(latest, "rb").read().decode("latin-1")
+    if not re.fullmatch(r"step-\d{8,}\n?", name):
+        die(f"'{latest}' must hold one line naming a step directory (step-NNNNNNNN), it holds {name[:64]!r}")
+    step_dir = os.path.join(d, name.rstrip("\n"))
     mpath = os.path.join(step_dir, "manifest")
     if not os.path.isfile(mpath):
         die(f"'{latest}' names '{step_dir}', which has no manifest: the state is incomplete")
