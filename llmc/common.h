@@ -72,8 +72,8 @@ static inline void tmp_file_signal_handler(int sig) {
     raise(sig);
 }
 
-// Remove the temporary files, print "error: <message>" (one whole line, written with one
-// write(2) so that ranks dying at once, or mpirun --tag-output, never cut it into pieces) and
+// Remove the temporary files, print "error: <message>" (one whole line whatever the message
+// quotes, written with one write(2) so that ranks dying at once, or mpirun --tag-output, never cut it into pieces) and
 // exit(1). The one way this project reports a fatal error.
 // ---- checking without dying: the planner (llmc/parallel/planner.h) asks every check of the
 // trainer whether a mesh it has never run would pass. Inside die_trap_run, die() throws the
@@ -90,8 +90,25 @@ template <typename F> static inline std::string die_trap_run(F f) {   // "" when
     return why;
 }
 
+// A message may quote a file's contents (a name read from a file, a value from a manifest): its
+// control characters are written as escapes (\n, \r, \t, \xHH), so that no content can split an
+// error over several lines or move the terminal's cursor.
+static inline std::string escape_controls(const char* s) {
+    std::string out;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != 0x7f) { out += (char)c; continue; }
+        char esc[8];
+        snprintf(esc, sizeof(esc), "\\x%02x", c);
+        out += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : esc;
+    }
+    return out;
+}
+
 __attribute__((noreturn))
-static inline void die_message(const char* message) {
+static inline void die_message(const char* raw) {
+    std::string escaped = escape_controls(raw);
+    const char* message = escaped.c_str();
     if (*die_trap_slot()) { throw DieTrapped{message}; }
     static std::atomic<int> dying{0};
     static thread_local int in_die = 0;

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <signal.h>
+#include <dirent.h>
 #include <math.h>
 #include <algorithm>
 #include <array>
@@ -435,6 +436,30 @@ static inline void guard_check_output(const char* flag, const char* path, int is
     }
 }
 
+// --save-state DIR that exists: what a save writes or removes there must be of the kind it expects,
+// or the save would fail only after the steps before it ran. step-K and step-K.tmp are directories
+// (a save removes a stale step-K.tmp directory, never a file of that name: refusing one here is
+// clearer than deleting what someone put there), latest is a regular file, latest.tmp no directory.
+// (lstat: a symbolic link is none of these, and a save never follows one out of DIR.)
+static inline void guard_check_state_dir(const char* path) {
+    DIR* d = opendir(path);
+    if (!d) { return; }
+    std::string bad, want;
+    while (struct dirent* e = readdir(d)) {
+        std::string n = e->d_name, full = std::string(path) + "/" + n;
+        struct stat st;
+        if (lstat(full.c_str(), &st) != 0) { continue; }
+        if (n.compare(0, 5, "step-") == 0 && !S_ISDIR(st.st_mode)) { want = "a directory (a save writes step-K and step-K.tmp directories)"; }
+        else if (n == "latest" && !S_ISREG(st.st_mode)) { want = "a regular file (the name of the newest state)"; }
+        else if (n == "latest.tmp" && S_ISDIR(st.st_mode)) { want = "a regular file (latest is written there first)"; }
+        else { continue; }
+        bad = full;
+        break;
+    }
+    closedir(d);
+    if (!bad.empty()) { die("--save-state '%s': '%s' is not %s", path, bad.c_str(), want.c_str()); }
+}
+
 // Rank 0 writes the files (--save, --log, --trace, --metrics) and checks them; every rank writes
 // its shard of the training state and checks --save-state. An error on one rank makes mpirun end
 // the others.
@@ -447,7 +472,10 @@ static inline void guard_check_outputs(const TrainArgs* a, int rank) {
             if (f.path) { guard_check_output(f.flag, f.path, 0); }
         }
     }
-    if (a->save_state) { guard_check_output("save-state", a->save_state, 1); }
+    if (a->save_state) {
+        guard_check_output("save-state", a->save_state, 1);
+        guard_check_state_dir(a->save_state);
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 //
 //   DIR/latest                     "step-00000005": the newest COMPLETE state (written last)
 //   DIR/step-00000005/manifest     the mesh it was saved on, the model, the run's flags, each
-//                                  tensor's place and split rule, each rank file's size and CRC-32
-//   DIR/step-00000005/position     where the run stands: step, AdamW's t, the sampling RNG,
-//                                  the task's data position (llmc/task.h: Position)
+//                                  tensor's place and split rule, every other file's size and
+//                                  CRC-32, and last a line with the CRC-32 of the lines before it
+//   DIR/step-00000005/position     where the run stands: step, the sampling RNG, the task's data
+//                                  position (llmc/task.h: Position)
 //   DIR/step-00000005/log          the --log lines written so far (and metrics: the --metrics CSV)
 //   DIR/step-00000005/rank-00003.bin   rank 3's shard: parameters, master weights, AdamW m and v
 //
@@ -26,6 +27,10 @@
 // else rank 0 writes the manifest, renames the directory to DIR/step-K, points DIR/latest at it
 // (temporary file + rename) and only then removes the previous step's directory. A crash at any
 // moment leaves DIR/latest naming a complete state.
+//
+// Nothing of a state is trusted unchecked: on resume every file must match its checksum, and the
+// files must agree with each other (the step of the directory's name, of the manifest, of the
+// position file, and the log's lines 1..step) before any of it is used.
 //
 // Resuming on any mesh: every rank reads every file's runs, puts the values at their full
 // indices, and keeps what its own place (tp shard, stage, experts) and its own segments
@@ -234,7 +239,67 @@ typedef struct {
     size_t num_parameters;
     Position kv;                      // every line, by key
     std::vector<std::string> files;   // "rank-00000.bin BYTES HASH", rank order
+    Position pos;                     // the position file, checked
+    std::string log, metrics;         // the log and metrics files, checked
 } Manifest;
+
+// "step-00000005" -> 5; -1 for any other text (the name is written with %08d: one spelling per step)
+static inline int state_step_of(const std::string& name) {
+    int k;
+    const char* end;
+    if (name.compare(0, 5, "step-") != 0 || !parse_count(name.c_str() + 5, &k, &end)) { return -1; }
+    char want[32];
+    snprintf(want, sizeof(want), "step-%08d", k);
+    return name == want ? k : -1;
+}
+// what DIR/latest holds -> the step it names: exactly one line "step-NNNNNNNN"; -1 for anything else
+static inline int state_latest_step(const std::string& text) {
+    size_t n = text.size() - (!text.empty() && text.back() == '\n');
+    return state_step_of(text.substr(0, n));
+}
+
+// The manifest's last line: "crc32 XXXXXXXX", the CRC-32 of every byte before it
+static inline std::string state_crc_line(const std::string& body) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "crc32 %08x\n", crc32_update(0, body.data(), body.size()));
+    return buf;
+}
+
+// A small file of the state (position, log, metrics): checked against the manifest's line
+// "NAME BYTES CRC32" for it
+static inline std::string state_text_read(const Manifest* mf, const char* name) {
+    std::string path = mf->step_dir + "/" + name;
+    auto it = mf->kv.find(name);
+    unsigned long long bytes = 0, hash = 0;
+    int end = 0;
+    if (it == mf->kv.end() || sscanf(it->second.c_str(), "%llu %llx%n", &bytes, &hash, &end) != 2 || it->second[end] != 0) {
+        die("'%s/manifest' has no valid '%s BYTES CRC32' line", mf->step_dir.c_str(), name);
+    }
+    std::string text = read_text_or_die(path);
+    uint32_t crc = crc32_update(0, text.data(), text.size());
+    if (text.size() != bytes || crc != hash) {
+        die("'%s' is corrupt: %zu bytes with CRC-32 %08x, the manifest says %llu bytes with %08llx", path.c_str(),
+            text.size(), crc, bytes, hash);
+    }
+    return text;
+}
+
+// The log holds one line per step done, "STEP LOSS NORM LR", steps 1 to the manifest's step
+static inline void state_check_log(const std::string& log, int step, const std::string& path) {
+    size_t at = 0;
+    for (int s = 1; s <= step; s++) {
+        size_t nl = log.find('\n', at);
+        std::string line = log.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+        int k = 0;
+        const char* end = NULL;
+        if (nl == std::string::npos || !parse_count(line.c_str(), &k, &end) || k != s || *end != ' ') {
+            die("'%s' does not agree with the manifest's step %d: its line %d is '%.40s', expected step %d's line", path.c_str(),
+                step, s, line.c_str(), s);
+        }
+        at = nl + 1;
+    }
+    if (at != log.size()) { die("'%s' does not agree with the manifest's step %d: it has more than %d lines", path.c_str(), step, step); }
+}
 
 static inline std::string state_mesh_text(const Plan* plan) {
     const TrainArgs* a = plan->args;
@@ -264,18 +329,32 @@ static inline Manifest manifest_read(const char* dir) {
             "not a state directory)", dir);
     }
     std::string latest = read_text_or_die(latest_path);
-    while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) { latest.pop_back(); }
-    if (latest.empty() || latest.find('/') != std::string::npos) { die("'%s': corrupt (names '%s')", latest_path.c_str(), latest.c_str()); }
+    int dir_step = state_latest_step(latest);
+    if (dir_step < 0) {
+        die("'%s' must hold one line naming a step directory (step-NNNNNNNN), it holds '%.64s'%s", latest_path.c_str(),
+            latest.c_str(), latest.size() > 64 ? "..." : "");
+    }
+    char name[32];
+    snprintf(name, sizeof(name), "step-%08d", dir_step);
+    latest = name;   // (without its newline)
     mf.step_dir = mf.dir + "/" + latest;
     std::string path = mf.step_dir + "/manifest";
     if (access(path.c_str(), F_OK) != 0) { die("'%s' names '%s', which has no manifest: the state is incomplete", latest_path.c_str(), latest.c_str()); }
     std::string text = read_text_or_die(path);
-    if (text.compare(0, 21, "llmc training state 1") != 0) {
-        die("'%s' is not a training-state manifest (format 1): it starts '%.21s'", path.c_str(), text.c_str());
+    const char* p = path.c_str();
+    if (text.compare(0, 22, "llmc training state 2\n") != 0) {
+        die("'%s' is not a training-state manifest (format 2): it starts '%.21s'", p, text.c_str());
+    }
+    size_t last = text.size() < 2 ? std::string::npos : text.rfind('\n', text.size() - 2);   // the last line's start - 1
+    if (last == std::string::npos || text.back() != '\n' || text.compare(last + 1, 6, "crc32 ") != 0) {
+        die("'%s' does not end with its checksum line 'crc32 XXXXXXXX': it is cut short or was edited", p);
+    }
+    if (text.compare(last + 1, std::string::npos, state_crc_line(text.substr(0, last + 1))) != 0) {
+        die("'%s' is corrupt: its lines do not match its checksum line '%s'", p, text.substr(last + 1, 14).c_str());
     }
     mf.kv = parse_lines(text, &mf.files);
-    const char* p = path.c_str();
     mf.step = (int)position_get(&mf.kv, "step", p);
+    if (mf.step != dir_step) { die("'%s' says step %d, its directory is %s", p, mf.step, latest.c_str()); }
     mf.adamw_t = (int)position_get(&mf.kv, "adamw_t", p);
     mf.world = (int)position_get(&mf.kv, "world", p);
     mf.has_master = (int)position_get(&mf.kv, "has_master", p);
@@ -295,6 +374,14 @@ static inline Manifest manifest_read(const char* dir) {
     if ((int)mf.files.size() != mf.world || mf.world < 1) {
         die("'%s' lists %zu rank files for a world of %d ranks: the state is incomplete", p, mf.files.size(), mf.world);
     }
+    // the small files: each its checksum, and the step they are for
+    std::string ppath = mf.step_dir + "/position";
+    mf.pos = parse_lines(state_text_read(&mf, "position"), NULL);
+    int pstep = (int)position_get(&mf.pos, "trainer.step", ppath.c_str());
+    if (pstep != mf.step) { die("'%s' is for step %d, the manifest for step %d", ppath.c_str(), pstep, mf.step); }
+    mf.log = state_text_read(&mf, "log");
+    state_check_log(mf.log, mf.step, mf.step_dir + "/log");
+    mf.metrics = state_text_read(&mf, "metrics");
     return mf;
 }
 
@@ -479,7 +566,7 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     }
     m->step = mf.adamw_t;
     std::string ppath = mf.step_dir + "/position";
-    Position pos = parse_lines(read_text_or_die(ppath), NULL);
+    Position pos = mf.pos;   // (checked by manifest_read, as the log and the metrics)
     sample_rng->state = position_get(&pos, "trainer.sample_rng", ppath.c_str());
     task->heldout = bits_float((int)(uint32_t)position_get(&pos, "trainer.heldout_bits", ppath.c_str()));
     if (scaler->on && pos.count("trainer.loss_scale_bits")) {   // a state saved without scaling: S starts afresh
@@ -488,8 +575,8 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
         scaler->skipped = (int)position_get(&pos, "trainer.loss_scale_skipped", ppath.c_str());
     }
     task->set_position(task, &pos, ppath.c_str());
-    ts->log = read_text_or_die(mf.step_dir + "/log");
-    std::string metrics = read_text_or_die(mf.step_dir + "/metrics");
+    ts->log = mf.log;
+    const std::string& metrics = mf.metrics;
     if (task->metrics && !metrics.empty()) {   // the saved CSV (with its header) replaces the fresh header
         if (fflush(task->metrics) != 0 || ftruncate(fileno(task->metrics), 0) != 0 || fseek(task->metrics, 0, SEEK_SET) != 0) {
             die("cannot rewrite '%s': %s", task->metrics_tmp.c_str(), strerror(errno));
@@ -514,6 +601,14 @@ static inline int train_state_due(const TrainState* ts, int step) {
     return step == a->steps || (a->exit_after > 0 && step == a->exit_after) || (a->save_state_every > 0 && step > 0 && step % a->save_state_every == 0);
 }
 
+// What a failed save leaves in DIR: the previous state (the step latest names), or none
+static inline std::string state_kept(const std::string& dir, int previous) {
+    char buf[64];
+    if (previous < 0) { return "no state was saved in '" + dir + "' (it held none before)"; }
+    snprintf(buf, sizeof(buf), "' keeps the previous state, step-%08d", previous);
+    return "'" + dir + buf;
+}
+
 // Every rank's file into DIR/step-K.tmp; all ranks agree on success before anything is published.
 static inline void train_state_save(TrainState* ts, int step, const Rng* sample_rng) {
     Plan* plan = ts->plan;
@@ -526,10 +621,11 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     snprintf(name, sizeof(name), "step-%08d", step);
     std::string final_dir = dir + "/" + name, tmp_dir = final_dir + ".tmp";
     double t0 = wall_seconds();
-    // 1. rank 0 makes the directories
-    int ok = 1;
-    std::string err;
+    // 1. rank 0 makes the directories, and tells every rank which state a failed save keeps
+    int ok = 1, previous = -1;   // the step of the state DIR holds now (-1: none)
+    std::string err, latest = dir + "/latest";
     if (rank == 0) {
+        if (access(latest.c_str(), F_OK) == 0) { previous = state_latest_step(read_text_or_die(latest)); }
         if (!is_dir(dir) && mkdir(dir.c_str(), 0755) != 0) { err = "cannot create '" + dir + "': " + strerror(errno); }
         if (DIR* d = opendir(dir.c_str())) {   // step-*.tmp: left by saves that crashed (never published)
             std::vector<std::string> stale;
@@ -543,7 +639,10 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         if (err.empty() && mkdir(tmp_dir.c_str(), 0755) != 0) { err = "cannot create '" + tmp_dir + "': " + strerror(errno); }
         ok = err.empty();
     }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+    int told[2] = {ok, previous};
+    MPI_Bcast(told, 2, MPI_INT, 0, world);
+    ok = told[0];
+    previous = told[1];
     if (!ok) {
         if (rank == 0) { die("saving the training state: %s", err.c_str()); }
         die("saving the training state failed on rank 0");
@@ -588,8 +687,8 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         MPI_Barrier(world);   // every rank's file closed (and removed where it failed)
         if (rank == 0) { remove_flat_dir(tmp_dir); }
         MPI_Barrier(world);
-        if (!ok) { die("saving the training state: %s; '%s' keeps the previous state", w.err.c_str(), dir.c_str()); }
-        die("saving the training state failed on another rank (see its message); '%s' keeps the previous state", dir.c_str());
+        if (!ok) { die("saving the training state: %s; %s", w.err.c_str(), state_kept(dir, previous).c_str()); }
+        die("saving the training state failed on another rank (see its message); %s", state_kept(dir, previous).c_str());
     }
     unsigned long long mine_info[2] = {w.bytes, w.hash};
     std::vector<unsigned long long> infos(2 * (size_t)nranks);
@@ -597,6 +696,7 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     // 4. rank 0: position, log, manifest, then publish
     if (rank == 0) {
         Position pos;
+        position_put(&pos, "trainer.step", (unsigned long long)step);   // (checked against the manifest's on resume)
         position_put(&pos, "trainer.sample_rng", sample_rng->state);
         position_put(&pos, "trainer.heldout_bits", (uint32_t)float_bits(ts->task->heldout));   // not yet reported (NaN: none)
         if (ts->scaler->on) {
@@ -610,7 +710,7 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         const GPT2Config* c = &m->config;
         char buf[512];
         snprintf(buf, sizeof(buf),
-                 "llmc training state 1\nstep %d\nadamw_t %d\nworld %d\nhas_master %d\nparameters %zu\n"
+                 "llmc training state 2\nstep %d\nadamw_t %d\nworld %d\nhas_master %d\nparameters %zu\n"
                  "config L %d NH %d C %d maxT %d V %d Vp %d E %d k %d N %d cf %x aux %x\n",
                  step, m->step, nranks, has_master, m->num_parameters_full, c->num_layers, c->num_heads, c->channels,
                  c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_experts, c->moe_topk, c->moe_every,
@@ -639,18 +739,17 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
             fflush(ts->task->metrics);
             metrics = read_text_or_die(ts->task->metrics_tmp);
         }
-        const char* texts[4] = {ptext.c_str(), ts->log.c_str(), metrics.c_str(), mtext.c_str()};
+        const std::string* texts[4] = {&ptext, &ts->log, &metrics, &mtext};
         const char* names[4] = {"position", "log", "metrics", "manifest"};   // the manifest last
+        for (int k = 0; k < 3; k++) {   // each small file's size and CRC-32, then the manifest's own checksum
+            snprintf(buf, sizeof(buf), "%s %zu %08x\n", names[k], texts[k]->size(), crc32_update(0, texts[k]->data(), texts[k]->size()));
+            mtext += buf;
+        }
+        mtext += state_crc_line(mtext);
         for (int i = 0; i < 4 && err.empty(); i++) {
             sw_open(&w, tmp_dir + "/" + names[i]);
-            sw_write(&w, texts[i], strlen(texts[i]));
+            sw_write(&w, texts[i]->data(), texts[i]->size());
             if (!sw_close(&w)) { err = w.err; }
-        }
-        std::string previous;
-        std::string latest = dir + "/latest";
-        if (access(latest.c_str(), F_OK) == 0) {
-            previous = read_text_or_die(latest);
-            while (!previous.empty() && previous.back() == '\n') { previous.pop_back(); }
         }
         if (err.empty()) {
             remove_flat_dir(final_dir);   // the same step saved again (a resumed run)
@@ -668,10 +767,14 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
         }
         if (!err.empty()) {
             remove_flat_dir(tmp_dir);
-            if (previous != name) { remove_flat_dir(final_dir); }
-            die("saving the training state: %s; '%s' keeps the previous state", err.c_str(), dir.c_str());
+            if (previous != step) { remove_flat_dir(final_dir); }
+            die("saving the training state: %s; %s", err.c_str(), state_kept(dir, previous).c_str());
         }
-        if (!previous.empty() && previous != name && previous.find('/') == std::string::npos) { remove_flat_dir(dir + "/" + previous); }
+        if (previous >= 0 && previous != step) {   // (latest named a step directory: nothing else is ever removed)
+            char old[32];
+            snprintf(old, sizeof(old), "step-%08d", previous);
+            remove_flat_dir(dir + "/" + old);
+        }
         unsigned long long total = 0;
         for (int r = 0; r < nranks; r++) { total += infos[2 * r]; }
         // each parameter once: 4 bytes of parameters, m, v (and master weights): K = 12 or 16 bytes

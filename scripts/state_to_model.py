@@ -5,14 +5,15 @@ usage: python3 scripts/state_to_model.py DIR OUT.bin
 
 Reads DIR/latest, the manifest it names, and every rank file (llmc/train_state.h describes the
 format): each element of a rank file carries its index in the full model, so the mesh that
-wrote the state does not matter. Each rank file's size and CRC-32 are checked against the
-manifest, and every parameter must be covered. The weights written are the master weights when
+wrote the state does not matter. The manifest's last line (the CRC-32 of the lines before it) is
+checked, each rank file's size and CRC-32 against the manifest, and every parameter must be
+covered. The weights written are the master weights when
 the state has them (a bf16 run), else the parameters: the fp32 values AdamW updates. The model
 file is llm.c's version 3 (fp32), or version 10 for a mixture of experts (doc/expert-parallel.md),
 the same bytes the trainer's --save writes for the same weights. Written to OUT.bin.tmp and
 renamed when complete.
 """
-import os, struct, sys, zlib
+import os, re, struct, sys, zlib
 from array import array
 
 MAGIC_STATE, MAGIC_MODEL = 20261123, 20240326
@@ -30,15 +31,22 @@ def main():
     latest = os.path.join(d, "latest")
     if not os.path.isfile(latest):
         die(f"'{d}' holds no complete training state (no 'latest' file)")
-    step_dir = os.path.join(d, open(latest).read().strip())
+    name = open(latest, "rb").read().decode("latin-1")
+    if not re.fullmatch(r"step-\d{8,}\n?", name):
+        die(f"'{latest}' must hold one line naming a step directory (step-NNNNNNNN), it holds {name[:64]!r}")
+    step_dir = os.path.join(d, name.rstrip("\n"))
     mpath = os.path.join(step_dir, "manifest")
     if not os.path.isfile(mpath):
         die(f"'{latest}' names '{step_dir}', which has no manifest: the state is incomplete")
-    lines = open(mpath).read().splitlines()
-    if not lines or lines[0] != "llmc training state 1":
-        die(f"'{mpath}' is not a training-state manifest (format 1)")
+    text = open(mpath, "rb").read()
+    lines = text.decode("utf-8", "replace").splitlines()
+    if not lines or lines[0] != "llmc training state 2":
+        die(f"'{mpath}' is not a training-state manifest (format 2)")
+    body = text[:text.rfind(b"\n", 0, len(text) - 1) + 1]
+    if lines[-1] != f"crc32 {zlib.crc32(body):08x}":
+        die(f"'{mpath}' is corrupt: its lines do not match its checksum line")
     kv, files = {}, []
-    for line in lines[1:]:
+    for line in lines[1:-1]:
         key, _, value = line.partition(" ")
         if key == "file":
             files.append(value.split())

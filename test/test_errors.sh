@@ -10,7 +10,9 @@
 #   - leave out/ as it was: no result, no .tmp.
 # A row that does not parse fails, so the doc and the test cannot drift apart. Rows run four at
 # a time, each in a directory of its own. ERRORS_ONLY=TEXT runs the rows whose "what" holds TEXT;
-# TRAINER=PATH runs another build of the trainer (a perturbed one, to see the test fail).
+# TRAINER=PATH runs another build of the trainer (a perturbed one, to see the test fail). The
+# pairs of PERTURBED (below) show that checks can fail: their row, run with that check switched
+# off (build/perturbed/train_gpt2cpu), must FAIL.
 set -u
 cd "$(dirname "$0")/.."
 T=build/errors-test
@@ -95,22 +97,79 @@ EOF
 S="$T/in/state/step-00000002"
 [ -f "$S/manifest" ] || { echo "FAIL the good training state has no $S/manifest"; exit 1; }
 bad_state() { rm -rf "$T/in/$1"; cp -r "$T/in/state" "$T/in/$1"; echo "$T/in/$1/step-00000002"; }
+# seal STEPDIR: the manifest's checksums recomputed after an edit, as a user who knows the format
+# would (then only the cross-checks can tell)
+seal() {
+    python3 - "$1" <<'EOF'
+import sys, zlib
+d = sys.argv[1]
+lines = open(f"{d}/manifest").read().splitlines(keepends=True)[:-1]   # without its checksum line
+for i, l in enumerate(lines):
+    name = l.split(" ")[0]
+    if name in ("position", "log", "metrics"):
+        data = open(f"{d}/{name}", "rb").read()
+        lines[i] = f"{name} {len(data)} {zlib.crc32(data):08x}\n"
+body = "".join(lines)
+open(f"{d}/manifest", "w").write(body + f"crc32 {zlib.crc32(body.encode()):08x}\n")
+EOF
+}
 rm "$(bad_state st_nolatest)/../latest"
 rm "$(bad_state st_nomanifest)/manifest"
 B=$(bad_state st_badmanifest); sed -i '1s/.*/llmc training state 9/' "$B/manifest"
-B=$(bad_state st_fewfiles); sed -i '/^file rank-00001/d' "$B/manifest"
+B=$(bad_state st_fewfiles); sed -i '/^file rank-00001/d' "$B/manifest"; seal "$B"
 rm "$(bad_state st_missing)/rank-00001.bin"
 B=$(bad_state st_corrupt); printf '\x55' | dd of="$B/rank-00001.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
 B=$(bad_state st_truncated); truncate -s -8 "$B/rank-00001.bin"
 B=$(bad_state st_dirfile); rm "$B/rank-00001.bin"; mkdir "$B/rank-00001.bin"
 B=$(bad_state st_badlatest); echo "../../elsewhere" >"$B/../latest"
 B=$(bad_state st_fifo); rm "$B/manifest"; mkfifo "$B/manifest"
+B=$(bad_state st_latestlines); printf 'step-00000002\ngarbage\nmore garbage\n' >"$B/../latest"
+B=$(bad_state st_latestcrlf); printf 'step-00000002\r\n' >"$B/../latest"
+B=$(bad_state st_latestesc); printf '\033[2Kstep-00000002\n' >"$B/../latest"
+# the manifest, position, log and metrics files edited; "_sealed": and the checksums made to match
+B=$(bad_state st_mstep); sed -i 's/^step 2$/step 1/' "$B/manifest"
+B=$(bad_state st_mstep_sealed); sed -i 's/^step 2$/step 1/' "$B/manifest"; seal "$B"
+B=$(bad_state st_medit); sed -i 's/^tensor wte /tensor wtx /' "$B/manifest"
+B=$(bad_state st_mnocrc); sed -i '$d' "$B/manifest"
+B=$(bad_state st_logtext); echo hello >"$B/log"
+B=$(bad_state st_logtext_sealed); echo hello >"$B/log"; seal "$B"
+B=$(bad_state st_posedit); sed -i 's/^data.pos .*/data.pos 0/' "$B/position"
+B=$(bad_state st_posstep_sealed); sed -i 's/^trainer.step 2$/trainer.step 1/' "$B/position"; seal "$B"
+B=$(bad_state st_metrics); echo "step,reward" >"$B/metrics"
+# --save-state directories: a step-K.tmp and a latest of the wrong kind (caught before step 1), a
+# step directory a save cannot replace (it holds a directory: the save fails after its step), with
+# and without a previous state
+mkdir -p "$T/in/st_tmpfile" "$T/in/st_latestdir/latest" "$T/in/st_firstsave/step-00000002/keep"
+echo "not a state" >"$T/in/st_tmpfile/step-00000002.tmp"
+mkdir -p "$(bad_state st_keeps)/../step-00000001/keep"
 
 # ---- the rows
 TRAINER=$(realpath "${TRAINER:-./train_gpt2cpu}")
 python3 - "$T" "$TRAINER" "${ERRORS_ONLY:-}" <<'EOF'
 import concurrent.futures, os, re, shlex, subprocess, sys, time
 scratch, trainer, only = sys.argv[1], sys.argv[2], sys.argv[3]
+
+# The checks can fail: each (perturbation of test/perturbations.py, a row's "what") below runs that
+# row with the perturbed trainer (build/perturbed/train_gpt2cpu, LLMC_PERTURB=NAME: that check
+# switched off), and the row must then FAIL. To add one: a perturbation there, a line here.
+PERTURBED = [
+    ("the manifest's checksum not checked", "a manifest line edited"),
+    ("a small state file's checksum not checked", "the position file edited"),
+    ("the manifest's step not checked against its directory", "the manifest's step changed, its checksums made to match"),
+    ("the position's step not checked", "the position file of another step, its checksums made to match"),
+    ("the log not checked against the step", "the log replaced by text, its checksums made to match"),
+    ("control characters kept in error messages", "`latest` with garbage lines"),
+    ("the state directory not checked before the run", "a training-state directory holding a step-K.tmp file"),
+    ("inputs not checked to be regular files", "a character device as validation data"),
+    ("outputs not compared with the inputs", "a log onto the tokenizer"),
+    ("no upper bounds on the flags", "an amax history of 2^31 steps"),
+    ("no limits on the model's shape", "a header claiming 10^9 layers"),
+    ("memory not checked before it is allocated", "a model no memory holds"),
+    ("a checkpoint header not checked against its file", "a header claiming 100 layers of a 2-layer file"),
+    ("flags that do nothing accepted", "top-k without experts"),
+    ("a links line of any length", "a line with a fourth field"),
+]
+PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
                    "--sft-train 'data/sft_train_*.bin' --sft-val 'data/sft_val_*.bin' --prompts 'data/sft_train_*.bin' "
                    "--batch 4 --seq 16 --steps 2 --eval-every 0 --eval-batches 1 --accuracy 0 --sample-every 0 "
@@ -155,9 +214,9 @@ def listing(d):   # what a directory holds, recursively
         out += [os.path.relpath(os.path.join(root, x), d) + ("/" if x in dirs else "") for x in dirs + files]
     return sorted(out)
 
-def run(row):
+def run(row, perturbation=None):
     n, what, ranks, flags, message = row
-    d = f"{scratch}/rows/{n}"
+    d = f"{scratch}/rows/{n}" + (f"-p{PERTURBED.index(perturbation)}" if perturbation else "")
     os.makedirs(f"{d}/out/dir")
     os.makedirs(f"{d}/out/busy.bin.tmp")
     open(f"{d}/out/file.txt", "w").write("a file\n")
@@ -167,7 +226,11 @@ def run(row):
         os.symlink(f"../../{x}", f"{d}/{x}")
     before = listing(f"{d}/out")
     t0 = time.time()
-    p = subprocess.run(MPIRUN + ["-np", str(ranks), trainer] + BASE + shlex.split(flags), cwd=d, env=env,
+    cmd, run_env = MPIRUN + ["-np", str(ranks), trainer], env
+    if perturbation:
+        cmd = MPIRUN + ["-x", "LLMC_PERTURB", "-np", str(ranks), os.path.realpath(PERTURBED_BIN)]
+        run_env = dict(env, LLMC_PERTURB=perturbation[0])
+    p = subprocess.run(cmd + BASE + shlex.split(flags), cwd=d, env=run_env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     secs = time.time() - t0
     open(f"{d}/run.out", "w").write(p.stdout)
@@ -193,7 +256,26 @@ def run(row):
         problems.append(f"out/ changed: now {after}")
     return row, problems, lines, secs
 
+# the perturbed runs: the pairs whose row is among the rows run (none when TRAINER is another build)
+perturbed = []
+src = lambda f: open(f"{PERTURBED_SRC}/{f}").read() if os.path.exists(f"{PERTURBED_SRC}/{f}") else ""
+for name, what in PERTURBED if trainer == os.path.realpath("train_gpt2cpu") else []:
+    matching = [r for r in rows if r[1] == what]
+    missing = [l for l in src("missing.txt").splitlines() if l.startswith(name + ": ")]
+    if not matching:
+        if not only:
+            print(f"FAIL perturbation '{name}': doc/errors.md has no row '{what}'")
+    elif not os.access(PERTURBED_BIN, os.X_OK):
+        print(f"FAIL perturbation '{name}': {PERTURBED_BIN} is not built (make {PERTURBED_BIN})")
+    elif f'    "{name}",' not in src("perturb.h"):
+        print(f"FAIL perturbation '{name}' is not in test/perturbations.py (or {PERTURBED_BIN} is out of date)")
+    elif missing:
+        print(f"FAIL perturbation '{name}': {missing[0][:160]}")
+    else:
+        perturbed.append((matching[0], (name, what)))
+
 with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    checked = pool.map(lambda x: run(*x), perturbed)
     for (n, what, ranks, flags, message), problems, lines, secs in pool.map(run, rows):
         if problems:
             print(f"FAIL bad input '{what}' ({flags}, {ranks} ranks, doc line {n})")
@@ -204,4 +286,9 @@ with concurrent.futures.ThreadPoolExecutor(4) as pool:
             first = lines[0].split("] ", 1)[1]
             print(f"PASS bad input '{what}' on {ranks} ranks: exit non-zero in {secs:.1f} s, "
                   f"{len(lines)} whole line(s): {first[:90]}")
+    for (row, problems, lines, secs), (_, (name, what)) in zip(checked, perturbed):
+        if problems:
+            print(f"PASS perturbation '{name}' fails row '{what}': {problems[0][:100]}")
+        else:
+            print(f"FAIL perturbation '{name}' went unnoticed: row '{what}' still passes")
 EOF
