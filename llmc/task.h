@@ -36,10 +36,18 @@ static inline void position_put(Position* p, const char* key, unsigned long long
 static inline unsigned long long position_get(const Position* p, const char* key, const char* where) {
     auto it = p->find(key);
     if (it == p->end()) { die("'%s' has no '%s': it was saved by another task or version", where, key); }
-    char* end;
-    unsigned long long v = strtoull(it->second.c_str(), &end, 10);
-    if (*end != 0 || it->second.empty()) { die("'%s': '%s' holds '%s', expected a number", where, key, it->second.c_str()); }
+    const std::string& s = it->second;
+    errno = 0;
+    unsigned long long v = strtoull(s.c_str(), NULL, 10);   // digits only: strtoull alone takes "-1" as 2^64 - 1
+    if (s.empty() || strspn(s.c_str(), "0123456789") != s.size() || errno == ERANGE) {
+        die("'%s': '%s' holds '%s', expected a whole number of at most 20 digits", where, key, s.c_str());
+    }
     return v;
+}
+static inline int position_get_int(const Position* p, const char* key, const char* where) {
+    unsigned long long v = position_get(p, key, where);
+    if (v > 2147483647ULL) { die("'%s': '%s' holds %llu, more than an int holds (at most 2147483647)", where, key, v); }
+    return (int)v;
 }
 
 typedef struct Task {

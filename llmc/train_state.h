@@ -353,21 +353,36 @@ static inline Manifest manifest_read(const char* dir) {
         die("'%s' is corrupt: its lines do not match its checksum line '%s'", p, text.substr(last + 1, 14).c_str());
     }
     mf.kv = parse_lines(text, &mf.files);
-    mf.step = (int)position_get(&mf.kv, "step", p);
+    mf.step = position_get_int(&mf.kv, "step", p);
     if (mf.step != dir_step) { die("'%s' says step %d, its directory is %s", p, mf.step, latest.c_str()); }
-    mf.adamw_t = (int)position_get(&mf.kv, "adamw_t", p);
-    mf.world = (int)position_get(&mf.kv, "world", p);
-    mf.has_master = (int)position_get(&mf.kv, "has_master", p);
+    mf.adamw_t = position_get_int(&mf.kv, "adamw_t", p);
+    mf.world = position_get_int(&mf.kv, "world", p);
+    mf.has_master = position_get_int(&mf.kv, "has_master", p);
     mf.num_parameters = (size_t)position_get(&mf.kv, "parameters", p);
     GPT2Config c;
     memset(&c, 0, sizeof(c));
     unsigned cf = 0, aux = 0;
     auto it = mf.kv.find("config");
-    if (it == mf.kv.end() || sscanf(it->second.c_str(), "L %d NH %d C %d maxT %d V %d Vp %d E %d k %d N %d cf %x aux %x",
-                                    &c.num_layers, &c.num_heads, &c.channels, &c.max_seq_len, &c.vocab_size,
-                                    &c.padded_vocab_size, &c.num_experts, &c.moe_topk, &c.moe_every, &cf, &aux) != 11) {
-        die("'%s': no valid 'config' line", p);
+    // "L 6 NH 4 C 128 maxT 128 V 257 Vp 320 E 0 k 0 N 0 cf HEX aux HEX": each count whole and within an int
+    const char* keys[] = {"L", "NH", "C", "maxT", "V", "Vp", "E", "k", "N", "cf", "aux"};
+    int* counts[] = {&c.num_layers, &c.num_heads, &c.channels, &c.max_seq_len, &c.vocab_size, &c.padded_vocab_size,
+                     &c.num_experts, &c.moe_topk, &c.moe_every};
+    unsigned* bits[] = {&cf, &aux};
+    std::vector<std::string> w;
+    for (size_t at = 0; it != mf.kv.end() && at <= it->second.size();) {
+        size_t sp = std::min(it->second.find(' ', at), it->second.size());
+        w.push_back(it->second.substr(at, sp - at));
+        at = sp + 1;
     }
+    int ok = w.size() == 22;
+    for (int i = 0; ok && i < 11; i++) {
+        const char* v = w[2 * i + 1].c_str();
+        const char* end = v;
+        char* hex_end = NULL;
+        ok = w[2 * i] == keys[i] && (i < 9 ? parse_count(v, counts[i], &end) && *end == 0
+                                           : (*bits[i - 9] = (unsigned)strtoul(v, &hex_end, 16), *v && *hex_end == 0 && strlen(v) <= 8));
+    }
+    if (!ok) { die("'%s': no valid 'config' line", p); }
     c.moe_capacity = bits_float((int)cf);
     c.moe_aux = bits_float((int)aux);
     mf.config = c;
@@ -377,7 +392,7 @@ static inline Manifest manifest_read(const char* dir) {
     // the small files: each its checksum, and the step they are for
     std::string ppath = mf.step_dir + "/position";
     mf.pos = parse_lines(state_text_read(&mf, "position"), NULL);
-    int pstep = (int)position_get(&mf.pos, "trainer.step", ppath.c_str());
+    int pstep = position_get_int(&mf.pos, "trainer.step", ppath.c_str());
     if (pstep != mf.step) { die("'%s' is for step %d, the manifest for step %d", ppath.c_str(), pstep, mf.step); }
     mf.log = state_text_read(&mf, "log");
     state_check_log(mf.log, mf.step, mf.step_dir + "/log");
@@ -548,7 +563,7 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
         die("--resume '%s': the state was saved by a run with '%s', this one has '%s': give the same --task, --batch, "
             "--seq, --grad-accum and --seed", a->resume, saved.c_str(), run.c_str());
     }
-    int saved_steps = (int)position_get(&mf.kv, "steps", mpath);
+    int saved_steps = position_get_int(&mf.kv, "steps", mpath);
     if (mf.step > a->steps) { die("--resume '%s' is at step %d, past --steps %d", a->resume, mf.step, a->steps); }
     if (saved_steps != a->steps) {   // allowed (a run extended), but the schedule is not the saved run's
         printf("note         --steps %d, the saved run had %d: the learning-rate schedule changes from step %d on\n", a->steps,
@@ -571,8 +586,8 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     task->heldout = bits_float((int)(uint32_t)position_get(&pos, "trainer.heldout_bits", ppath.c_str()));
     if (scaler->on && pos.count("trainer.loss_scale_bits")) {   // a state saved without scaling: S starts afresh
         scaler->scale = bits_float((int)(uint32_t)position_get(&pos, "trainer.loss_scale_bits", ppath.c_str()));
-        scaler->clean = (int)position_get(&pos, "trainer.loss_scale_clean", ppath.c_str());
-        scaler->skipped = (int)position_get(&pos, "trainer.loss_scale_skipped", ppath.c_str());
+        scaler->clean = position_get_int(&pos, "trainer.loss_scale_clean", ppath.c_str());
+        scaler->skipped = position_get_int(&pos, "trainer.loss_scale_skipped", ppath.c_str());
     }
     task->set_position(task, &pos, ppath.c_str());
     ts->log = mf.log;

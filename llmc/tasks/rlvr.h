@@ -97,7 +97,7 @@ static inline void rlvr_set_position(Task* t, const Position* pos, const char* w
     Advantage* a = &((RLVRTask*)t->self)->rl.advantage;
     uint32_t bits = (uint32_t)position_get(pos, "rl.baseline_bits", where);
     memcpy(&a->baseline, &bits, sizeof(bits));
-    a->have_baseline = (int)position_get(pos, "rl.have_baseline", where);
+    a->have_baseline = position_get_int(pos, "rl.have_baseline", where);
 }
 
 // prompts with their answers, the sampler, the KV cache, the frozen reference model
