@@ -73,7 +73,8 @@ MODEL="--layers 2 --heads 3 --channels 48 --max-seq 32 --batch 8 --seq 16 --step
 $EMU/train_gpt2cu_fp32 $D $MODEL $QUIET --log "$T/train_gpt2cu_fp32-ref.log" --save "$T/train_gpt2cu_fp32-ref.bin" \
     >"$T/train_gpt2cu_fp32-ref.out" 2>&1 || fail "single-rank emulated run (fp32, 3 heads)" "$(tail -2 "$T/train_gpt2cu_fp32-ref.out")"
 if emu_run 99 "train_gpt2cu_fp32|3|fp32: tp 3, the vocabulary padded to 384 rows|--tp 3"; then
-    grep -q "^vocabulary .*padded to 384 rows" "$T/run99.out" && grep -q "^tp memory check ok" "$T/run99.out" ||
+    if ! grep -q "^vocabulary .*padded to 384 rows" "$T/run99.out" || ! grep -q "^tp memory check ok" "$T/run99.out"; then
         fail "$tag: the start line or the tp memory lines" "$(grep -E '^vocabulary|tp memory check' "$T/run99.out")"
+    fi
 fi
 exit $status
