@@ -55,6 +55,12 @@ int main(int argc, char** argv) {
            cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model.num_parameters_full);
     if (model.num_parameters != model.num_parameters_full) { printf(", %zu in this rank's shard", model.num_parameters); }
     printf("\n");
+    if (gpt2_run_vocab(&model) != cfg->padded_vocab_size) {   // tp does not divide Vp: the shards pad further (llmc/params.h)
+        int Vr = gpt2_run_vocab(&model), Vp = cfg->padded_vocab_size;
+        printf("vocabulary   %d tokens padded to %d rows (%d x %d) so that --tp %d divides them: the %d rows past %d are "
+               "zero and outside the loss; checkpoints and states keep %d\n", cfg->vocab_size, Vr, model.place.tp,
+               gpt2_local_vocab(&model), model.place.tp, Vr - Vp, Vp, Vp);
+    }
     printf("batch        %d sequences x %d tokens = %d tokens per step (micro-batch %d, %d micro-steps)\n", args.batch, T,
            args.batch * T, B, args.grad_accum);
     task.describe(&task);

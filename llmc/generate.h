@@ -23,7 +23,7 @@
 // backward), plus max_tokens rows of logits.
 // Tensor parallelism: generation runs the model's ops, so with tp ranks every rank of the group
 // runs it together (the same tokens, the same random draws): each caches the k, v of its NH/tp
-// heads (C/tp channels), computes its Vp/tp columns of the logits, and a row for sampling is
+// heads (C/tp channels), computes its Vs columns of the logits, and a row for sampling is
 // gathered by the classifier's row_to_host (llmc/parallel/vocab.h). The whole residual stream
 // is on every rank (no sequence split here: the ops see Ts = T and use TP's f and g).
 #pragma once
@@ -42,13 +42,13 @@ typedef struct {
     floatX* ln;                   // (max_tokens, C) layernorm output
     float* ln_mean;               // (max_tokens) layernorm statistics (unused, the kernel writes them)
     float* ln_rstd;               // (max_tokens)
-    floatX* qkv;                  // (max_tokens, Cq)   Cq = 3C/tp, Ca = C/tp, H = 4C/tp, Vs = Vp/tp
+    floatX* qkv;                  // (max_tokens, Cq)   Cq = 3C/tp, Ca = C/tp, H = 4C/tp, Vs = gpt2_local_vocab
     floatX* atty;                 // (max_tokens, Ca) attention output
     floatX* proj;                 // (max_tokens, C) attproj / fcproj output
     floatX* fch;                  // (max_tokens, H)
     floatX* fch_gelu;             // (max_tokens, H)
     floatX* logits;               // (max_tokens, Vs) this rank's logits of the last call's tokens
-    float* logits_f;              // (Vp) one whole row of logits widened to fp32, for the copy to the host
+    float* logits_f;              // (tp Vs) one whole row of logits widened to fp32, for the copy to the host
     int* tokens_d;                // (max_tokens) the last call's tokens, rows, positions
     int* rows_d;
     int* positions_d;
@@ -66,7 +66,7 @@ static inline void kvcache_init(KVCache* kv, const GPT2* model, int rows, int ma
     kv->rows = rows;
     kv->maxT = maxT;
     kv->max_tokens = max_tokens;
-    size_t L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, M = max_tokens;
+    size_t L = c->num_layers, C = c->channels, Vp = gpt2_run_vocab(model), M = max_tokens;
     // this rank's shares (the whole model on one rank): heads, hidden units, vocabulary columns
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model), Vs = gpt2_local_vocab(model);
     size_t cache = (size_t)rows * maxT * Ca;
@@ -167,13 +167,14 @@ static inline void gpt2_forward_cached(GPT2* model, KVCache* kv, const int* toke
     }
     layernorm_forward(kv->ln, kv->ln_mean, kv->ln_rstd, kv->x, p.lnfw, p.lnfb, 1, N, C);
     ops.linear.forward(ops.linear.ctx, &outside, LINEAR_LM_HEAD, kv->logits, kv->ln, p.wte, NULL, C,
-                       gpt2_local_vocab(model));   // tied LM head: (N, Vp/tp)
+                       gpt2_local_vocab(model));   // tied LM head: (N, Vs)
 }
 
-// The logits of token j of the last gpt2_forward_cached call, to a host array of Vp floats.
+// The logits of token j of the last gpt2_forward_cached call, to a host array of gpt2_run_vocab
+// floats (the first V are the tokens'; the rest, padding, hold 0).
 static inline void kvcache_logits_to_host(GPT2* model, KVCache* kv, int j, float* out) {
     OpAt at = {model, -1, -1, 1, 1, 1};
-    model->ops.classifier.row_to_host(model->ops.classifier.ctx, &at, kv->logits, j, model->config.padded_vocab_size,
+    model->ops.classifier.row_to_host(model->ops.classifier.ctx, &at, kv->logits, j, gpt2_run_vocab(model),
                                       kv->logits_f, out);
 }
 
@@ -196,7 +197,7 @@ typedef struct {
 static inline void generate(GPT2* model, KVCache* kv, const std::vector<std::vector<int>>& prompts,
                             const GenerateConfig* gc, Rng* rngs, int eot, std::vector<std::vector<int>>* completions) {
     int R = (int)prompts.size();
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int V = model->config.vocab_size, Vp = gpt2_run_vocab(model);
     completions->assign(R, std::vector<int>());
     std::vector<float> logits(Vp);
     std::vector<int> tokens, rows, positions, owner;   // one call's tokens; owner: the prompt to sample for, or -1

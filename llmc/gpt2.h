@@ -2,7 +2,8 @@
 // every tensor lives in "device" memory (host memory on the CPU backend, GPU memory on CUDA)
 // and this file only calls kernels, ops and copy functions on it, never reads it directly.
 //
-// Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocab, Vp padded vocab.
+// Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocab, Vp padded vocab, Vs the
+// vocabulary rows a tp rank holds (gpt2_local_vocab: Vp/tp, or more where tp does not divide Vp).
 // One transformer block (pre-LayerNorm, as GPT-2):
 //   x = x + attproj( attention( qkv( ln1(x) ) ) )
 //   x = x + mlp( ln2(x) ),   mlp(h) = fcproj( gelu( fc(h) ) )
@@ -61,7 +62,7 @@ typedef struct {
     int* targets;       // (B, T)
     float* loss_weights;// (B, T) optional per-token loss weights
     float* losses;      // (B, T)
-    floatX* logits;     // (B, T, Vp/tp) the head's output, then dlogits (only where the stage has the head)
+    floatX* logits;     // (B, T, Vs) the head's output, then dlogits (only where the stage has the head)
     int B, T;           // shape of the micro-batch in this slot
     int chunk;          // which of the stage's chunks the slot holds (0 without interleaving)
     int Ts;             // its tokens per sequence on the residual stream (T, or T/tp with SP)
@@ -216,7 +217,11 @@ static inline int gpt2_local_heads(const GPT2* m) { return m->config.num_heads /
 static inline int gpt2_local_qkv(const GPT2* m) { return 3 * m->config.channels / m->place.tp; }
 static inline int gpt2_local_attn(const GPT2* m) { return m->config.channels / m->place.tp; }
 static inline int gpt2_local_hidden(const GPT2* m) { return 4 * m->config.channels / m->place.tp; }
-static inline int gpt2_local_vocab(const GPT2* m) { return m->config.padded_vocab_size / m->place.tp; }
+static inline int gpt2_local_vocab(const GPT2* m) { return tp_vocab_rows(m->config.padded_vocab_size, m->place.tp); }
+// The run's padded vocabulary: the width of a whole row of logits, tp x the local vocabulary.
+// It is Vp, except where tp does not divide Vp: then the shards pad it further (llmc/params.h:
+// tp_vocab_rows), and checkpoints still hold Vp rows.
+static inline int gpt2_run_vocab(const GPT2* m) { return tp_padded_vocab(m->config.padded_vocab_size, m->place.tp); }
 static inline int gpt2_local_layers(const GPT2* m) { return gpt2_place_num_layers(&m->place); }
 // layers one activation slot holds: one chunk's (all the stage's without interleaving)
 static inline int gpt2_slot_layers(const GPT2* m) { return gpt2_place_chunk_layers(&m->place); }
@@ -490,7 +495,7 @@ static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_a
 //                    B T 4 v h/tp + 4 S_att; full: residual3 only, B Ts v h
 //   scratch (once)   none: 0; selective: B T 4 v h/tp + 4 S_att; full: the whole block minus
 //                    residual3 (the block's input and output are kept)
-//   per slot         Ls layers kept + encoded, lnf + stats B Ts (2 v h + 8) + logits B T Vp/tp v
+//   per slot         Ls layers kept + encoded, lnf + stats B Ts (2 v h + 8) + logits B T Vs v
 //                    (the stage with the head) + losses, tokens, targets, weights 16 B T
 //   backward         dresidual, dln B Ts 2 v h + datty, dqkv, dfch B T 8 v h/tp (one layer's)
 typedef struct {
@@ -511,7 +516,7 @@ static inline ActivationFormula gpt2_activation_formula(const GPT2* m, int B, in
         default: f.per_layer = f.block; f.scratch = 0; break;
     }
     f.per_slot = Ls * f.per_layer + b * Ts * (2 * v * h + 8) +
-                 (m->place.has_head ? b * s * (size_t)c->padded_vocab_size / tp * v : 0) + 16 * b * s;
+                 (m->place.has_head ? b * s * (size_t)gpt2_local_vocab(m) * v : 0) + 16 * b * s;
     f.backward = b * Ts * 2 * v * h + b * s * 8 * v * h / tp;
     f.total = (size_t)slots * f.per_slot + f.scratch + f.backward;
     return f;
@@ -697,7 +702,7 @@ static inline float gpt2_head_loss(GPT2* model, int slot, const int* targets, co
     copy_host_to_device(a->targets, targets, (size_t)BT * sizeof(int));
     if (weights) { copy_host_to_device(a->loss_weights, weights, (size_t)BT * sizeof(float)); }
     model->ops.classifier.loss(model->ops.classifier.ctx, &at, a->logits, a->losses, weights ? a->loss_weights : NULL, a->targets,
-                          dloss, model->config.vocab_size, model->config.padded_vocab_size, write_dlogits);
+                          dloss, model->config.vocab_size, gpt2_run_vocab(model), write_dlogits);
     copy_device_to_host(model->losses_host, a->losses, (size_t)BT * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) { sum += model->losses_host[i]; }

@@ -17,7 +17,8 @@
 //                                           [t NH/tp, (t+1) NH/tp)             by attention head
 //   ROWS               attprojw (C, C),     in columns [t K/tp, (t+1) K/tp)    row-parallel
 //                      fcprojw (C, 4C)
-//   VOCAB              wte (Vp, C)          vocabulary rows [t Vp/tp, ...)     vocab-parallel
+//   VOCAB              wte (Vp, C)          vocabulary rows [t Vs, (t+1) Vs)   vocab-parallel
+//                                           Vs = tp_vocab_rows(Vp, tp): Vp/tp, or more (padding)
 //
 // A mixture-of-experts model (llmc/moe.h: --moe-experts E, every N-th block) has two more
 // kinds of layered tensor. The dense MLP's fcw, fcb, fcprojw, fcprojb hold the DENSE blocks
@@ -73,6 +74,26 @@ static inline size_t moe_expert_params(const GPT2Config* c, int tp) {
 
 // Round the vocabulary up to a multiple of 64 (50257 -> 50304 for GPT-2, 257 -> 320 bytes+EOT).
 static inline int padded_vocab(int V) { return (V + 63) / 64 * 64; }
+
+// The vocabulary under tensor parallelism. tp ranks split wte's rows (and the tied LM head's
+// logits) into tp equal blocks of Vs rows. Where tp divides Vp, Vs = Vp/tp. Where it does not
+// (Vp 320 and tp 3), the run pads the vocabulary further, as Megatron does (it pads to a
+// multiple of 128 x tp): to the next multiple of 64 x tp, so every rank holds the same number
+// of rows and that number is a multiple of 64, as Vp itself is (320 -> 384 = 3 x 128 for tp 3;
+// GPT-2's 50304 -> 50560 = 5 x 10112 for tp 5). Every row past Vp is like the rows between V
+// and Vp: zero, and zero for good. No token selects it, the loss and the sampler read only the
+// first V logits (the vocab-parallel loss writes 0 into the padded columns' dlogits), so its
+// gradient is 0, and AdamW leaves a zero parameter with a zero gradient at zero.
+// These extra rows exist only in the shards (and in the run's rows of logits, tp Vs wide): the
+// config, the full parameter table, checkpoints (header[7]) and the training state keep Vp.
+// Loading pads (param_slice_copy gives a row past Vp the value 0) and saving strips (such a
+// row has no place in the full tensor and is not written), so a checkpoint or a state written
+// at tp 3 is laid out exactly as a one-rank run's, and loads on any mesh.
+static inline int tp_vocab_rows(int Vp, int tp) {
+    if (Vp % tp == 0) { return Vp / tp; }
+    return (Vp + 64 * tp - 1) / (64 * tp) * 64;
+}
+static inline int tp_padded_vocab(int Vp, int tp) { return tp * tp_vocab_rows(Vp, tp); }
 
 // Named model sizes for --model. "tiny" is the default job's model (about 1.2M parameters
 // with the byte tokenizer); the gpt2* sizes are OpenAI's.
@@ -159,9 +180,7 @@ static inline void gpt2_place_check(const GPT2Place* p, const GPT2Config* c) {
         die("tensor parallelism %d does not divide the channels (%d) of the MLP and the projections", p->tp, c->channels);
     }
     if (p->sp && p->tp < 2) { die("sequence parallelism splits the sequence over tensor-parallel ranks: it needs tp >= 2"); }
-    if (c->padded_vocab_size % p->tp != 0) {
-        die("tensor parallelism %d does not divide the padded vocabulary %d", p->tp, c->padded_vocab_size);
-    }
+    // (any tp splits the vocabulary: tp_vocab_rows pads it further where tp does not divide Vp)
     if (p->ep < 1 || p->ep_rank < 0 || p->ep_rank >= p->ep) { die("expert-parallel index %d of %d is invalid", p->ep_rank, p->ep); }
     if (p->ep > 1 && (c->num_experts == 0 || c->num_experts % p->ep != 0)) {
         die("expert parallelism %d does not divide the %d experts", p->ep, c->num_experts);
@@ -305,7 +324,8 @@ static inline void fill_param_table(ParamInfo* t, const GPT2Config* cfg, const G
             p->shape[0] = n;
         }
         if (p->experts) { p->shape[1] /= place->ep; }
-        if (p->shard == SHARD_COLUMNS || p->shard == SHARD_HEADS || p->shard == SHARD_VOCAB) { p->shape[d0] /= place->tp; }
+        if (p->shard == SHARD_COLUMNS || p->shard == SHARD_HEADS) { p->shape[d0] /= place->tp; }
+        if (p->shard == SHARD_VOCAB) { p->shape[d0] = tp_vocab_rows(p->shape[d0], place->tp); }
         if (p->shard == SHARD_ROWS) { p->shape[d0 + 1] /= place->tp; }
         size_t n = held ? 1 : 0;
         for (int d = 0; d < p->ndim; d++) { n *= (size_t)p->shape[d]; }
@@ -348,11 +368,28 @@ static inline void param_slice_geometry(const ParamInfo* p, size_t* nlayers, siz
     for (int d = d0 + 1; d < p->ndim; d++) { *cols *= (size_t)p->full[d]; }
 }
 
-// index inside one (layer, expert) slice of the full tensor of local row r, local col c
+// A shard's rows of one (layer, expert) slice of a tensor whose full slice has `rows` rows, and
+// how many of them exist in the full tensor: all, except the padding rows of a vocab shard past
+// Vp (tp_vocab_rows), which are always the last ones of the shard. A padding row reads as 0
+// and is never written back.
+static inline size_t param_local_rows(const ParamInfo* p, const GPT2Place* place, size_t rows) {
+    if (p->shard == SHARD_VOCAB) { return (size_t)tp_vocab_rows((int)rows, place->tp); }
+    return p->shard == SHARD_ROWS || p->shard == SHARD_REPLICATED ? rows : rows / (size_t)place->tp;
+}
+static inline size_t param_real_rows(const ParamInfo* p, const GPT2Place* place, size_t rows) {
+    size_t lrows = param_local_rows(p, place, rows);
+    if (p->shard != SHARD_VOCAB) { return lrows; }
+    size_t first = (size_t)place->tp_rank * lrows;   // the shard's first row in the full tensor
+    return first >= rows ? 0 : rows - first < lrows ? rows - first : lrows;
+}
+
+// index inside one (layer, expert) slice of the full tensor of local row r, local col c (a
+// vocab shard's padding row: past the slice)
 static inline size_t param_full_in_slice(const ParamInfo* p, const GPT2Place* place, size_t rows, size_t cols, size_t r,
                                          size_t c) {
     size_t tp = (size_t)place->tp, t = (size_t)place->tp_rank, fr = r, fc = c;
-    if (p->shard == SHARD_COLUMNS || p->shard == SHARD_VOCAB) { fr = t * (rows / tp) + r; }
+    if (p->shard == SHARD_COLUMNS) { fr = t * (rows / tp) + r; }
+    if (p->shard == SHARD_VOCAB) { fr = t * (size_t)tp_vocab_rows((int)rows, (int)tp) + r; }
     if (p->shard == SHARD_HEADS) {   // local rows: [q of my heads][k of my heads][v of my heads]
         size_t third = rows / 3, mine = third / tp;
         fr = (r / mine) * third + t * mine + r % mine;
@@ -376,13 +413,18 @@ static inline void param_slice_copy(const ParamInfo* p, const GPT2Place* place, 
     size_t nl, ne, rows, cols;
     param_slice_geometry(p, &nl, &ne, &rows, &cols);
     size_t lexp = p->experts ? ne / (size_t)place->ep : 1;
-    size_t lrows = p->shard == SHARD_ROWS || p->shard == SHARD_REPLICATED ? rows : rows / (size_t)place->tp;
+    size_t lrows = param_local_rows(p, place, rows), real = param_real_rows(p, place, rows);
     size_t lcols = p->shard == SHARD_ROWS ? cols / (size_t)place->tp : cols;
     size_t k = 0;
     for (size_t l = 0; l < nl; l++) {
         for (size_t e = 0; e < lexp; e++) {
             size_t base = param_full_index(p, place, l, e, 0, 0) - param_full_in_slice(p, place, rows, cols, 0, 0);
             for (size_t r = 0; r < lrows; r++) {
+                if (r >= real) {   // padding (tp_vocab_rows): zero in, nothing out
+                    if (to_local) { memset(local + k, 0, lcols * sizeof(float)); }
+                    k += lcols;
+                    continue;
+                }
                 for (size_t c = 0; c < lcols; c++, k++) {
                     size_t f = base + param_full_in_slice(p, place, rows, cols, r, c);
                     if (to_local) { local[k] = full[f]; } else { full[f] = local[k]; }

@@ -122,7 +122,7 @@ static inline void task_evaluate(Task* t, int step, int last) {
 static inline void task_print_sample(Task* t, Rng* rng) {
     GPT2* model = t->model;
     const TrainArgs* a = t->args;
-    std::vector<float> logits(model->config.padded_vocab_size);
+    std::vector<float> logits(gpt2_run_vocab(model));   // a whole row: tp x the local vocabulary
     int len = std::min(std::min(a->sample_len, t->T - 1), model->config.max_seq_len - 1);
     if (len <= 0) { return; }
     KVCache kv;

@@ -64,29 +64,34 @@ typedef struct { uint64_t full, n; } StateRun;   // elements [full, full + n) of
 // Runs of the full model holding elements [a, a + n) of tensor i's local shard, in local order.
 // A local row (the innermost dimension, cols/tp of them for a row-split tensor) is contiguous
 // in the full tensor; neighbouring rows merge when they are neighbours there too (all of a
-// whole tensor is one run).
-static inline void tensor_full_runs(const GPT2* m, int i, size_t a, size_t n, std::vector<StateRun>* out) {
+// whole tensor is one run). The padding rows of a vocab shard past Vp (llmc/params.h:
+// tp_vocab_rows) have no place in the full model and get no run: they are the shard's last
+// rows, so the runs hold the first (returned) count of the n elements, and the rest is padding,
+// zero, neither written nor read.
+static inline size_t tensor_full_runs(const GPT2* m, int i, size_t a, size_t n, std::vector<StateRun>* out) {
     const ParamInfo* p = &m->param_info[i];
     const GPT2Place* place = &m->place;
     size_t nl, ne, rows, cols;
     param_slice_geometry(p, &nl, &ne, &rows, &cols);
     size_t lexp = p->experts ? ne / (size_t)place->ep : 1;
-    size_t lrows = p->shard == SHARD_ROWS || p->shard == SHARD_REPLICATED ? rows : rows / (size_t)place->tp;
+    size_t lrows = param_local_rows(p, place, rows), real = param_real_rows(p, place, rows);
     size_t lcols = p->shard == SHARD_ROWS ? cols / (size_t)place->tp : cols;
-    size_t k = 0, end = a + n, base_full = m->full_info[i].offset;
+    size_t k = 0, end = a + n, base_full = m->full_info[i].offset, mapped = 0;
     for (size_t l = 0; l < nl && k < end; l++) {
         for (size_t e = 0; e < lexp && k < end; e++) {
             if (k + lrows * lcols <= a) { k += lrows * lcols; continue; }   // the whole (layer, expert) is before a
             size_t base = param_full_index(p, place, l, e, 0, 0) - param_full_in_slice(p, place, rows, cols, 0, 0);
             for (size_t r = 0; r < lrows && k < end; r++, k += lcols) {
                 size_t lo = std::max(k, a), hi = std::min(k + lcols, end);
-                if (lo >= hi) { continue; }
+                if (lo >= hi || r >= real) { continue; }
+                mapped += hi - lo;
                 uint64_t f = base_full + base + param_full_in_slice(p, place, rows, cols, r, 0) + (lo - k);
                 if (!out->empty() && out->back().full + out->back().n == f) { out->back().n += hi - lo; }
                 else { out->push_back({f, hi - lo}); }
             }
         }
     }
+    return mapped;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -536,7 +541,7 @@ static inline void state_fill_segments(const std::vector<StateSegment>& segs, GP
         if (kind == KIND_MASTER && !g.s.master) { continue; }
         runs.clear();
         tensor_full_runs(m, g.s.tensor, g.s.flat - m->param_info[g.s.tensor].offset, g.s.n, &runs);
-        host.resize(g.s.n);
+        host.assign(g.s.n, 0.0f);   // what no run fills: vocab padding (tp_vocab_rows), zero
         size_t k = 0;
         for (const StateRun& r : runs) { memcpy(host.data() + k, full.data() + r.full, r.n * sizeof(float)); k += r.n; }
         state_segment_set(&g, kind, host.data());
@@ -666,10 +671,11 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     std::vector<StateSegment> segs = state_segments(plan);
     std::vector<StateRun> runs;
     std::vector<const StateSegment*> mine;
+    std::vector<size_t> real;   // of each segment of mine: the first `real` values have runs (the rest: vocab padding)
     for (const StateSegment& g : segs) {
         if (!g.write) { continue; }
         mine.push_back(&g);
-        tensor_full_runs(m, g.s.tensor, g.s.flat - m->param_info[g.s.tensor].offset, g.s.n, &runs);
+        real.push_back(tensor_full_runs(m, g.s.tensor, g.s.flat - m->param_info[g.s.tensor].offset, g.s.n, &runs));
     }
     int has_master = 0;
     for (const StateSegment& g : segs) { has_master |= g.s.master != NULL; }
@@ -686,12 +692,13 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     std::vector<float> host;
     for (int kind = 0; kind < TRAIN_STATE_KINDS; kind++) {
         if (kind == KIND_MASTER && !has_master) { continue; }
-        for (const StateSegment* g : mine) {
+        for (size_t j = 0; j < mine.size(); j++) {
+            const StateSegment* g = mine[j];
             host.resize(g->s.n);
             // a segment without master weights beside ones with them (fp32 experts next to the offloaded
             // dense part): its parameters are its fp32 master weights
             state_segment_get(g, kind == KIND_MASTER && !g->s.master ? KIND_PARAMS : kind, host.data());
-            sw_write(&w, host.data(), host.size() * sizeof(float));
+            sw_write(&w, host.data(), real[j] * sizeof(float));
         }
     }
     ok = sw_close(&w);

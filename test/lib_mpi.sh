@@ -9,8 +9,8 @@
 #                                     with $T/REF (test/compare_runs.py); returns 1 (after a FAIL) when the run fails
 #   perturbed_build NAME              $T/perturbed/train: the trainer with the deliberate bug NAME of
 #                                     test/perturbations.py switched on
-#   perturb NAME REF ARGS...          that trainer, run on 2 ranks with ARGS, must FAIL the equivalence
-#                                     check against $T/REF.log and $T/REF.bin
+#   perturb NAME REF ARGS...          that trainer, run on 2 ranks (PERTURB_NP=N: N) with ARGS, must FAIL
+#                                     the equivalence check against $T/REF.log and $T/REF.bin
 # Exits with one FAIL line when mpirun or the MPI build of train_gpt2cpu is missing.
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; shift; for line in "$@"; do echo "     $line"; done; }
@@ -72,7 +72,7 @@ perturb() {
     shift 2
     perturbed_build "$label" || return
     rm -f "$T/p.log" "$T/p.bin"
-    $MPIRUN -np 2 "$dir/train" "$@" --log "$T/p.log" --save "$T/p.bin" >"$T/p.out" 2>&1
+    $MPIRUN -np "${PERTURB_NP:-2}" "$dir/train" "$@" --log "$T/p.log" --save "$T/p.bin" >"$T/p.out" 2>&1
     if python3 test/compare_runs.py "$T/$ref.log" "$T/$ref.bin" "$T/p.log" "$T/p.bin" --label x >"$T/p.cmp" 2>&1; then
         fail "perturbation '$label' went unnoticed" "$(cat "$T/p.cmp")"
     else

@@ -33,6 +33,12 @@ PERTURBATIONS = [
      "(void)dx_full;"),
     ("loss: local max instead of the max over tp", "llmc/parallel/vocab.h", "stmt",
      'tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);', "(void)maxes;"),
+    # (these two change nothing where tp divides the padded vocabulary: only the tp 3 case sees them)
+    ("vocab shard placed at t Vp/tp", "llmc/params.h", "expr",
+     "t * (size_t)tp_vocab_rows((int)rows, (int)tp) + r", "t * (rows / tp) + r"),
+    ("loss given the checkpoint Vp, not the run vocabulary", "llmc/gpt2.h", "expr",
+     "gpt2_run_vocab(model)", "model->config.padded_vocab_size",
+     "dloss, model->config.vocab_size, gpt2_run_vocab(model), write_dlogits);"),
     # test/test_pp.sh
     ("embedding group: dwte not summed", "llmc/parallel/pp.h", "expr",
      "pp->p > 1 && (m->place.has_embedding || m->place.has_head)", "0"),

@@ -370,7 +370,7 @@ static void test_shards(void) {
                 shapes_ok &= local[6].shape[2] == C / cs.tp && local[7].shape[1] == C;
                 shapes_ok &= (local[0].numel > 0) == (p.has_embedding || p.has_head);
                 shapes_ok &= (local[1].numel > 0) == (p.has_embedding != 0) && (local[14].numel > 0) == (p.has_head != 0);
-                shapes_ok &= local[0].numel == 0 || local[0].shape[0] == c.padded_vocab_size / cs.tp;
+                shapes_ok &= local[0].numel == 0 || local[0].shape[0] == tp_vocab_rows(c.padded_vocab_size, cs.tp);
             }
         }
         // expected holders: sharded tensors once per stage that holds them, replicated ones tp times

@@ -9,7 +9,8 @@
 #     held-out accuracy, stopped at an evaluation step);
 #   - resharding: a state saved on one mesh continues on another within 1e-5 of the run that did
 #     not move (test/compare_runs.py: every step's loss and norm, every final tensor): dp 4 ZeRO-3
-#     -> dp 2 x tp 2; pp 2 -> one rank; ep 4 -> ep 2; tp 2 -> dp 2 ZeRO-2;
+#     -> dp 2 x tp 2; pp 2 -> one rank; ep 4 -> ep 2; tp 2 -> dp 2 ZeRO-2; tp 3 (the vocabulary
+#     padded further, 384 rows) -> tp 2;
 #   - the export: scripts/state_to_model.py writes the same bytes as the trainer's --save;
 #   - the directory: a save that a later save replaced is removed, a crashed save's .tmp
 #     directory is ignored, a full disk (ulimit -f) fails the save on every rank and keeps the
@@ -124,6 +125,9 @@ reshard "dp4-zero3-to-dp2xtp2" 4 "--zero 3" 4 "--dp 2 --tp 2"
 reshard "pp2-to-one-rank" 2 "--pp 2 --grad-accum 2" 1 "--grad-accum 2"
 reshard "ep4-to-ep2" 4 "--moe-experts 4 --moe-every 1 --ep 4" 2 "--moe-experts 4 --moe-every 1 --ep 2"
 reshard "tp2-to-dp2-zero2" 2 "--tp 2" 2 "--zero 2"
+# tp 3 does not divide the padded vocabulary 320: its shards hold 384 rows (llmc/params.h:
+# tp_vocab_rows), its state 320; tp 2 holds 320 again (6 heads of 8 channels: both divide them)
+reshard "tp3-to-tp2" 3 "--heads 6 --channels 48 --tp 3" 2 "--heads 6 --channels 48 --tp 2"
 
 # ---- the export: the state's model as llm.c's file, the same bytes as --save
 for mesh in "4|--zero 3" "4|--tp 2 --zero 1" "4|--moe-experts 4 --moe-every 2 --ep 2"; do

@@ -6,19 +6,22 @@
 #     (test/compare_runs.py): tp 2 and 4, with and without --sp; dp 2 x tp 2 with ZeRO-1, ZeRO-2
 #     (+ SP, 2 micro-steps), ZeRO-3, naive and the parameter server; tp 2 with 2 micro-steps;
 #     SFT with tp 2; a tp run that starts from a checkpoint (loading slices it); RLVR with the
-#     KL term under tp 2 + SP and dp 2 x tp 2 + SP + ZeRO-3;
+#     KL term under tp 2 + SP and dp 2 x tp 2 + SP + ZeRO-3; tp 3, which does not divide the
+#     padded vocabulary 320: the run pads it to 384 rows and says so, its checkpoint (header,
+#     size, zero padding rows) and its training state (exported) keep llm.c's 320;
 #   - generation (samples, greedy accuracy) under tp 2 + SP equals one rank's;
 #   - in every such run: the tp memory lines (parameters and activations per rank) and the
 #     data-parallel memory table equal their formulas on every rank, and every step's counted
 #     tp bytes equal the formula (tp.h);
-#   - the checkpoint a tp run writes reloads on one rank (same validation loss as the
-#     single-rank checkpoint);
+#   - the checkpoints a tp 2 and a tp 3 run write reload on one rank (same validation loss as
+#     the single-rank checkpoint);
 #   - SP divides the activations: tp 2 + SP holds fewer bytes per rank than tp 2;
 #   - bad input: heads, ranks, --sp without --tp, a sequence that does not split: a clear
 #     message on every rank, non-zero exit, no hang;
 #   - the tests can fail: the trainer with deliberate bugs (test/perturbations.py: the f operator's
-#     backward all-reduce dropped; the loss's max taken per rank instead of over tp) must fail
-#     the equivalence check (TP_PERTURB=0 skips this part, about a minute).
+#     backward all-reduce dropped; the loss's max taken per rank instead of over tp; under tp 3,
+#     the vocabulary shards placed at t Vp/tp, the loss given the checkpoint's Vp instead of the
+#     run's) must fail the equivalence check (TP_PERTURB=0 skips this part, about a minute).
 set -u
 cd "$(dirname "$0")/.."
 T=build/tp-test
@@ -80,6 +83,36 @@ check 4 ref2 "dp 2 x tp 2 + SP, ZeRO-2, 2 micro-steps" --tp 2 --sp --zero 2 --gr
 check 2 sft "SFT, tp 2" --tp 2 $SFT
 MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --load "$T/start.bin" --lr 5e-4
 
+# --- a tp that does not divide the padded vocabulary (llmc/params.h: tp_vocab_rows): tp 3 on
+# 320 rows (3 heads of 16 channels). The run pads to 384 rows (3 x 128) and says so; what it
+# writes keeps 320: the checkpoint has the one-rank run's header and size, its padding rows
+# (257..319 of wte) are 0, and the training state it saves exports (scripts/state_to_model.py)
+# to the same bytes as its --save. Equal to one rank within 1e-5 like every case above.
+SHAPE3="--layers 2 --heads 3 --channels 48"
+MODEL="$SHAPE3 $RUN" ref ref3
+rm -rf "$T/tp3state"
+MODEL="$SHAPE3 $RUN" check 3 ref3 "tp 3 (vocabulary padded to 384 rows)" --tp 3 --save-state "$T/tp3state"
+cp "$T/run.bin" "$T/tp3.bin"
+said=$(grep -m1 "^vocabulary .*padded to 384 rows (3 x 128) so that --tp 3 divides them" "$T/run.out")
+layout=$(python3 - "$T/ref3.bin" "$T/tp3.bin" <<'PY'
+import struct, sys
+files = [open(f, "rb").read() for f in sys.argv[1:]]
+h = struct.unpack("256i", files[0][:1024])
+V, C, Vp = h[3], h[6], h[7]
+pad = [sum(x != 0.0 for x in struct.unpack("%df" % ((Vp - V) * C), d[1024 + 4 * V * C:1024 + 4 * Vp * C])) for d in files]
+if files[0][:1024] != files[1][:1024] or len(files[0]) != len(files[1]) or Vp != 320 or pad != [0, 0]:
+    print("header equal %s, sizes %d %d, Vp %d, non-zero padding values %s" % (files[0][:1024] == files[1][:1024],
+          len(files[0]), len(files[1]), Vp, pad))
+PY
+)
+python3 scripts/state_to_model.py "$T/tp3state" "$T/tp3export.bin" >/dev/null 2>&1 && cmp -s "$T/tp3export.bin" "$T/tp3.bin"
+exported=$?
+if [ -n "$said" ] && [ -z "$layout" ] && [ "$exported" -eq 0 ]; then
+    pass "tp 3 keeps llm.c's layout: said '$(echo "$said" | cut -c14-75)...'; checkpoint header and size = one rank's (Vp 320), padding rows 0; its state exports to the same bytes"
+else
+    fail "tp 3 on the padded vocabulary 320" "start line: '${said:-missing}'" "checkpoint: ${layout:-ok}" "state export = --save: $([ "$exported" -eq 0 ] && echo yes || echo no)"
+fi
+
 # --- generation under tp (llmc/generate.h: every rank of the group runs it, rows of logits gathered):
 # samples and greedy exact-match accuracy of a tp 2 + SP run equal one rank's
 gen="$SHAPE --batch 8 --seq 32 --steps 10 --lr 1e-3 --eval-every 5 --eval-batches 1 --sample-every 5 --sample-len 24 --accuracy 30 --threads 1"
@@ -125,12 +158,15 @@ done
 
 # --- the tp checkpoint on one rank: the same validation loss as the single-rank checkpoint
 val() { ./train_gpt2cpu $D $QUIET --load "$1" --steps 1 --lr 0 --batch 8 --seq 32 2>&1 | grep -m1 "val loss"; }
-a=$(val "$T/ref1.bin"); b=$(val "$T/tp2.bin")
-if [ -n "$a" ] && [ "$a" = "$b" ]; then
-    pass "the tp 2 checkpoint reloads on one rank: '$b', as the single-rank checkpoint"
-else
-    fail "tp 2 checkpoint reloaded on one rank" "single-rank: '$a'" "tp 2: '$b'"
-fi
+for tp in 2 3; do
+    r=ref1; [ $tp = 3 ] && r=ref3
+    a=$(val "$T/$r.bin"); b=$(val "$T/tp$tp.bin")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then
+        pass "the tp $tp checkpoint reloads on one rank: '$b', as the single-rank checkpoint"
+    else
+        fail "tp $tp checkpoint reloaded on one rank" "single-rank: '$a'" "tp $tp: '$b'"
+    fi
+done
 
 # --- sequence parallelism divides the activations
 acts() { sed -n 's/.*activations per rank *\([0-9.]*\) MiB.*/\1/p' "$1"; }
@@ -147,8 +183,6 @@ expect_all "tp that does not divide the ranks" "does not divide the 3 ranks" 3 $
 expect_all "--sp without --tp" "needs --tp 2 or more" 2 $TRAIN --sp
 expect_all "--sp with a sequence that does not split" "is not divisible by --tp" 2 $TRAIN --tp 2 --sp --seq 31
 expect_all "a mesh that does not match the ranks" "but mpirun started" 2 $TRAIN --tp 2 --dp 2
-expect_all "tp that does not divide the padded vocabulary" "does not divide the padded vocabulary 320" 3 \
-    ./train_gpt2cpu $D $QUIET --layers 2 --heads 3 --channels 48 --tp 3
 
 # --- the tests can fail: deliberate bugs (test/perturbations.py says what each changes) must
 # break the equivalence
@@ -156,5 +190,7 @@ expect_all "tp that does not divide the padded vocabulary" "does not divide the 
 if [ "${TP_PERTURB:-1}" = "1" ]; then
     perturb "f backward: all-reduce dropped" ref1 $D $MODEL $QUIET --tp 2
     perturb "loss: local max instead of the max over tp" ref1 $D $MODEL $QUIET --tp 2
+    PERTURB_NP=3 perturb "vocab shard placed at t Vp/tp" ref3 $D $SHAPE3 $RUN $QUIET --tp 3
+    PERTURB_NP=3 perturb "loss given the checkpoint Vp, not the run vocabulary" ref3 $D $SHAPE3 $RUN $QUIET --tp 3
 fi
 exit 0

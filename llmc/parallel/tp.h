@@ -28,8 +28,9 @@
 // beside the counted bytes every step.
 //
 // Memory per rank: parameters (and their gradients, AdamW state) of the local table,
-//     Psi_tp = Vp C / tp + maxT C + L (12 C^2 / tp + 7 C / tp + 6 C) + 2 C
-// (the 6 C per layer are the layernorms and the row-parallel biases, replicated), and the
+//     Psi_tp = Vs C + maxT C + L (12 C^2 / tp + 7 C / tp + 6 C) + 2 C
+// (Vs = Vp/tp: the rows of wte a rank holds, more where tp does not divide Vp: vocab.h; the
+// 6 C per layer are the layernorms and the row-parallel biases, replicated), and the
 // activations (gpt2_allocate_activations_slots), per layer and micro-batch slot:
 //     B Ts (6 C a + 16)  +  B T 12 C a / tp  +  attention state of NH/tp heads (4 bytes each)
 // with Ts = T (TP) or T/tp (SP): the 6 C (ln1, attproj, residual2, ln2, fcproj, residual3) and
@@ -136,8 +137,8 @@ static inline void tp_init(TensorParallel* tp, GPT2* model, Comm* comm, int use_
     tp->model = model;
     size_t BT = (size_t)model->max_B * model->max_T, C = model->config.channels;
     tp->stats = (float*)device_malloc(3 * BT * sizeof(float));
-    tp->row = (floatX*)device_malloc((size_t)model->config.padded_vocab_size * sizeof(floatX));
-    tp->scratch_bytes = 3 * BT * sizeof(float) + (size_t)model->config.padded_vocab_size * sizeof(floatX);
+    tp->row = (floatX*)device_malloc((size_t)gpt2_run_vocab(model) * sizeof(floatX));
+    tp->scratch_bytes = 3 * BT * sizeof(float) + (size_t)gpt2_run_vocab(model) * sizeof(floatX);
     if (tp->sp) {
         tp->gathered = (floatX*)device_malloc(BT * C * sizeof(floatX));
         tp->full = (floatX*)device_malloc(BT * C * sizeof(floatX));
@@ -227,7 +228,7 @@ static inline size_t tp_formula_params(const GPT2* m) {
     size_t Lm = m->moe ? (size_t)m->moe->blocks : 0, E = (size_t)c->num_experts, El = E / (size_t)p->ep;
     // an MoE block: the attention's 4 C^2/tp + 3 C/tp + 5 C, the router E C, and El experts' 8 C^2/tp + 4 C/tp + C
     size_t moe_block = 4 * C * C / tp + 3 * C / tp + 5 * C + E * C + El * moe_expert_params(c, (int)tp);
-    return (p->has_embedding || p->has_head ? (size_t)c->padded_vocab_size * C / tp : 0) +
+    return (p->has_embedding || p->has_head ? (size_t)gpt2_local_vocab(m) * C : 0) +
            (p->has_embedding ? (size_t)c->max_seq_len * C : 0) + (L - Lm) * (12 * C * C / tp + 7 * C / tp + 6 * C) +
            Lm * moe_block + (p->has_head ? 2 * C : 0);
 }
@@ -238,7 +239,7 @@ static inline size_t tp_formula_activations(const GPT2* m, int B, int T, int slo
     if (m->recompute != RECOMPUTE_NONE) { return gpt2_activation_formula(m, B, T, slots).total; }   // llmc/gpt2.h's, per mode
     const GPT2Config* c = &m->config;
     size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, Ls = (size_t)gpt2_slot_layers(m), a = sizeof(floatX);
-    size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), Vs = (size_t)c->padded_vocab_size / tp;
+    size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), Vs = (size_t)gpt2_local_vocab(m);
     size_t per_layer = BTs * (6 * C * a + 16) + BT * 12 * C / tp * a + gpt2_attention_state_size(m, B, T) * 4;
     size_t per_slot = Ls * per_layer
                       + BTs * (2 * C * a + 8)                 // encoded, lnf and its statistics
@@ -255,7 +256,7 @@ static inline int tp_print_memory(const TensorParallel* tp) {
     int ok = psi == m->num_parameters && acts == m->acts_requested;
     int all_ok = ok;
     MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, tp->comm->mpi);
-    printf("tensor parallel tp %d%s: Psi per rank %zu of %zu (formula Vp C/tp + maxT C + L (12 C^2/tp + 7 C/tp + 6 C) + 2 C "
+    printf("tensor parallel tp %d%s: Psi per rank %zu of %zu (formula Vs C + maxT C + L (12 C^2/tp + 7 C/tp + 6 C) + 2 C "
            "= %zu)\n", tp->tp, tp->sp ? " + sequence parallel" : "", m->num_parameters, m->num_parameters_full, psi);
     printf("  activations per rank     %9.3f MiB  (formula %9.3f MiB: L [B Ts (6 C a + 16) + B T 12 C a/tp + attention] + ..., "
            "Ts = %d)\n", m->acts_requested / 1048576.0, acts / 1048576.0, gpt2_place_stream_tokens(&m->place, m->max_T));

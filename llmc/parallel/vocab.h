@@ -1,7 +1,9 @@
 // Vocabulary parallelism (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy):
 // wte (Vp x C) is split by rows, rank t holding tokens [t Vs, (t+1) Vs) with Vs = Vp/tp (the
 // padded vocabulary, so every rank gets an equal share; the padding rows are zero and never a
-// target). The same shard is the tied LM head.
+// target). Where tp does not divide Vp, Vs is larger (llmc/params.h: tp_vocab_rows; 320 rows
+// over tp 3: 3 x 128): the run computes with tp Vs rows, those past Vp zero like the rest of
+// the padding, and checkpoints keep Vp. The same shard is the tied LM head.
 //
 // Embedding:  rank t looks up the tokens it holds and writes 0 for the others; rank 0 also adds
 //   wpe. Summing over the ranks (the exit operator: all-reduce, or SP's reduce-scatter) gives
@@ -24,7 +26,7 @@
 
 static inline const TPRegion* tp_region(const OpAt* at);   // tp.h: TP's or SP's operators
 
-static inline int vocab_shard_rows(const TensorParallel* tp) { return tp->model->config.padded_vocab_size / tp->tp; }
+static inline int vocab_shard_rows(const TensorParallel* tp) { return gpt2_local_vocab(tp->model); }
 
 static inline void vocab_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const int* positions,
                                            const floatX* wte, const floatX* wpe, int C) {
@@ -46,7 +48,8 @@ static inline void vocab_embedding_backward(void* ctx, const OpAt* at, floatX* d
 }
 
 // Sampling (llmc/generate.h) needs a whole row of logits: rank t's Vs columns are the row's
-// block t, so one all-gather in rank order puts the row together (Vp elements on every rank).
+// block t, so one all-gather in rank order puts the row together (Vp = tp Vs elements on every
+// rank: the run's padded vocabulary, gpt2_run_vocab).
 static inline void vocab_logits_row_to_host(void* ctx, const OpAt* at, const floatX* logits, int row, int Vp,
                                             float* scratch, float* out) {
     TensorParallel* tp = (TensorParallel*)ctx;
