@@ -7,8 +7,8 @@
 //   the same file     when both exist: the same device and inode (a hard link, a symlink, "./x"
 //                     and "x" all count); when the output does not exist yet: the same resolved
 //                     path (its directory through realpath, then its name)
-//   inside a state    an output file inside --save-state's or --resume's directory, whose files
-//                     the training state writes and removes itself
+//   inside a state    an output file that is --save-state's or --resume's directory or lies
+//                     inside it, whose files the training state writes and removes itself
 // Inputs: --train-data, --val-data, --sft-train, --sft-val, --prompts (globs, each shard's
 // ".mask" beside it), --tokenizer, --load, --links, given or default, whether or not this run's
 // task reads them: a path named as an input is never written.
@@ -74,12 +74,11 @@ static inline void add_input_files(std::vector<NamedFile>* in, const char* flag,
     globfree(&g);
 }
 
-static inline int path_inside(const std::string& resolved, const std::string& dir) {
-    char buf[PATH_MAX];
-    if (!realpath(dir.c_str(), buf)) { return 0; }   // (a state directory not made yet holds nothing)
-    std::string d = buf;
-    if (d != "/") { d += "/"; }
-    return resolved.compare(0, d.size(), d) == 0;
+// The directory itself, or a path inside it (a state directory not made yet: the path it will have)
+static inline int path_inside(const std::string& resolved, const char* dir) {
+    std::string d = named_file("", dir, dir).resolved;
+    while (d.size() > 1 && d.back() == '/') { d.pop_back(); }
+    return resolved == d || resolved.compare(0, d.size() + 1, d == "/" ? d : d + "/") == 0;
 }
 
 // Every rank checks (rank 0 writes the files, but every rank reads the inputs: each must stop
@@ -117,7 +116,7 @@ static inline void outputs_check_distinct(const TrainArgs* a) {
         struct { const char* flag; const char* dir; } states[] = {{"save-state", a->save_state}, {"resume", a->resume}};
         for (auto& s : states) {
             if (s.dir && path_inside(o.resolved, s.dir)) {
-                die("--%s '%s' is inside the training-state directory --%s '%s', whose files the state writes and removes",
+                die("--%s '%s' is, or is inside, the training-state directory --%s '%s', whose files the state writes and removes",
                     o.flag.c_str(), o.given.c_str(), s.flag, s.dir);
             }
         }
