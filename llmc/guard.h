@@ -4,8 +4,9 @@
 //                        fails with EFBIG and is reported, instead of killing the process
 //                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
 //                        --fault read, and with --comm-timeout the watchdog started
-//   guard_check_outputs  every output path (--save, --log, --trace, --metrics, --ps-log, --save-state)
-//                        checked before any work: one error before step 1, nothing written
+//   guard_check_outputs  every output path (--save, --log, --trace, --metrics, --ps-log, --plan-check,
+//                        --save-state) checked before any work: one error before step 1, nothing
+//                        written (llmc/outputs.h then: no output the same file as an input)
 //   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
 //                        model, the faults the tests inject (nan, hang, kill), and the
 //                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK
