@@ -483,8 +483,9 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
 }
 static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_allocate_activations_slots(model, B, T, 1); }
 
-// The activation bytes of `slots` slots of B x T tokens in closed form: the lecture's count
-// (seed 003, Korthikanti et al.: 34 sbh + 5 a s^2 b bytes per layer at 2 bytes a value) written
+// The activation bytes of `slots` slots of B x T tokens in closed form: the count in the lecture
+// "Data Parallelism in LLM Training" (from Korthikanti et al. 2022: 34 sbh + 5 a s^2 b bytes per
+// layer at 2 bytes a value) written
 // for this code, with v bytes a value (sizeof(floatX): 4 on the CPU, 2 for CUDA's bf16), h = C,
 // Ts the residual stream's tokens (T, or T/tp with SP), and S_att the attention op's state
 // floats per layer (CPU: B NH/tp T^2, the probabilities; CUDA: B NH/tp T, the log-sum-exps):

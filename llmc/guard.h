@@ -1,4 +1,4 @@
-// What the trainer does when something goes wrong (issue 21), so that a run ends with one clear
+// What the trainer does when something goes wrong, so that a run ends with one clear
 // line instead of a hang, a half-written file or a silent NaN (doc/errors.md lists the messages):
 //   guard_init           after plan_init: SIGXFSZ ignored (a write past the file-size limit then
 //                        fails with EFBIG and is reported, instead of killing the process

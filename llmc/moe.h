@@ -1,6 +1,7 @@
 // Mixture of experts: the MLP of every N-th block becomes E expert MLPs and a router that sends
-// each token to k of them (Shazeer et al. 2017; GShard; Switch Transformer, k = 1). Seed 002,
-// "Expert Parallelism applied on Mixture-of-Experts". Included by llmc/gpt2.h (it needs GPT2).
+// each token to k of them (Shazeer et al. 2017; GShard; Switch Transformer, k = 1). The lecture
+// "LLM Pre-training and Beyond", slide "Expert Parallelism applied on Mixture-of-Experts".
+// Included by llmc/gpt2.h (it needs GPT2).
 //
 //                    router: p = softmax(x Wr^T)         top-k experts, gates g
 //   x (B T, C) ──┬──> [ e = argtop_k p ] ──> dispatch: each kept (token, choice) row goes to its

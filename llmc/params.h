@@ -7,7 +7,7 @@
 //                        stages v chunks of them: [begin + c stride, end + c stride), c < v
 //   embedding / head     whether it runs the embedding (first stage) and the head (last stage)
 // One rank with the whole model is {tp 1, layers [0, L), embedding, head}: the table is then
-// exactly llm.c's. Every tensor carries a shard rule (Megatron's split, seed 002):
+// exactly llm.c's. Every tensor carries a shard rule (Megatron-LM's split, Shoeybi et al. 2019):
 //
 //   rule               tensors              what rank t of tp keeps            y = x W^T + b
 //   REPLICATED         wpe, ln*, lnf*,      everything

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The parameter-server lab (doc/parameter-server.md): the three reliefs of seed 003's server
-# bottleneck, each measured on CPU ranks.
+# The parameter-server lab (doc/parameter-server.md): the three reliefs of the server bottleneck
+# in the lecture "Data Parallelism in LLM Training", each measured on CPU ranks.
 #   PARTS=sched,async,compress   which parts (default: all three)
 #   OUT=dir                      where the tables, logs and plots go (default build/lab-ps)
 #   NP=4                         ranks for the scheduling part

@@ -7,7 +7,7 @@
 #   diff -r /tmp/before /tmp/after && echo identical
 # BIN_DIR holds train_gpt2cpu (MPI build) and, optionally, train_gpt2cu and train_gpt2cu_fp32
 # from the emulator (build/emu/); the emulated jobs run only where those exist.
-# The matrix (issue 16's acceptance): the default job, 50 steps; every data-parallel mode on 3
+# The matrix (what the parallel-seams refactor was checked with): the default job, 50 steps; every data-parallel mode on 3
 # ranks, 20 steps, with 2 micro-steps and several buckets; SFT and RLVR, 20 steps, on one rank
 # and on 3; the emulated CUDA trainer (bf16 and fp32) on a small model, one rank and 3 ranks.
 set -u

@@ -4,7 +4,7 @@
 //   python3 test/reference/gpt2.py --model DIR/model.bin --batch DIR/batch.bin --out DIR/ref.bin
 //   test_gpt2 --check DIR          our logits, loss, every gradient, 10 AdamW steps and the final
 //                                  parameters against the reference; exits 1 on any miss
-// Mixture of experts (issue 20): four more models, each with its own reference (moe_*.bin, the
+// Mixture of experts: four more models, each with its own reference (moe_*.bin, the
 // same batch): (a) E 4, k 2, every block MoE, capacity factor 0.5, so that tokens are dropped
 // (both sides must drop some, and the same number); (b) E 4, k 1 (Switch), every 2nd of 4
 // blocks, capacity 2, nothing dropped; (c) E 8, k 2, every 2nd of 4 blocks, capacity 1.25;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The shape of the code that issue 16 asks for, checked so that it stays that way:
+"""The shape of the code the parallel seams set up (doc/design-notes.md, "The parallel seams"),
+checked so that it stays that way:
   - train_gpt2.cu's main holds no #if/#ifdef and no MPI call (the plan owns the build and the mesh);
   - no header includes a file that includes it back, directly or through others (no cycle);
   - the data-parallel layout takes the root unit from the parameter table (no fixed tensor indices);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model against PyTorch: write a small model and two batches (test_gpt2cpu), compute the
 # reference with test/reference/gpt2.py, compare (test_gpt2cpu --check). The RLVR loss: two
-# rollout cases against test/reference/rlvr.py. Mixture of experts (issue 20): the reference's
+# rollout cases against test/reference/rlvr.py. Mixture of experts: the reference's
 # MoE block checks itself first (gpt2.py --self-test: routing rules, gradients against finite
 # differences in float64), then four MoE models (moe_a: tokens dropped, moe_b, moe_c, moe_d: exact ties) go through
 # the same pipeline.

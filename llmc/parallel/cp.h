@@ -1,4 +1,5 @@
-// Context parallelism (seed 002, "CP ~ Ring Attention"; Megatron's context parallel, Liu et al.
+// Context parallelism (the lecture "LLM Pre-training and Beyond", "CP ~ Ring Attention";
+// Megatron's context parallel, Liu et al.
 // 2023 "Ring Attention"): the sequence is split over the cp ranks, each holds T/cp tokens of every
 // sequence of the micro-batch, in every activation. Everything but attention works token by
 // token and needs nothing from the other ranks; attention needs, for each query, every earlier

@@ -2,7 +2,8 @@
 // ByteScheduler, Peng et al. 2019): --comm-chunk-kb K slices the transfers into chunks of K KiB,
 // --comm-order priority sends them first layers first.
 //
-// The mismatch (seed 003, "Optimizing PS Architecture via Scheduling"):
+// The mismatch (the lecture "Data Parallelism in LLM Training", "Optimizing PS Architecture via
+// Scheduling"):
 //   computation order       bp_L -> bp_L-1 -> ... -> bp_1 -> fp_1 -> fp_2 -> ... -> fp_L
 //   gradients ready          g_L  ->  g_L-1 -> ... -> g_1
 //   parameters needed first                           w_1  ->  w_2 -> ... -> w_L

@@ -1,6 +1,7 @@
 // Expert parallelism: the E experts of every MoE block (llmc/moe.h) split over ep ranks, and each
 // token travels to the rank that holds its expert and back (GShard; DeepSpeed-MoE; Megatron).
-// Seed 002, "Expert Parallelism applied on Mixture-of-Experts".
+// The lecture "LLM Pre-training and Beyond", slide "Expert Parallelism applied on
+// Mixture-of-Experts".
 //
 // The ep group is formed from the data-parallel ranks, as DeepSpeed and Megatron do: dp ranks
 // [g ep, (g+1) ep) form ep group g, and rank j of every group holds experts [j E/ep, (j+1) E/ep).

@@ -1,5 +1,5 @@
-// The planner: which mesh, for this model, batch and machine? (Seed 004, "deciding on a
-// parallelism strategy".) It never runs a step: for every candidate it builds a dry model (the
+// The planner: which mesh, for this model, batch and machine? (The lecture's slides on
+// parallelism strategies, "Deciding on parallelism strategy".) It never runs a step: for every candidate it builds a dry model (the
 // shapes only, llmc/gpt2.h's gpt2_shape_shard) at every place of the mesh and asks the same
 // functions the trainer prints its memory tables and byte counts with.
 //

@@ -36,8 +36,11 @@
 // Cost per step, per stage (bytes sent, a = bytes per value, Ts tokens of the stream):
 //   activations   m (v - [s = p-1]) B Ts C a      gradients   m (v - [s = 0]) B Ts C a
 //   embedding     2 (2-1)/2 Vp C/tp a  (an all-reduce between two ranks; first and last stage)
-// Bubble (lecture, seed 002): t_pb = (p-1)(t_f + t_b), a fraction (p-1)/(m+p-1) of the step
-// for GPipe and 1F1B; (p-1)/(v m + p-1) interleaved (pp_schedule.h derives them, and ZB-H1's).
+// Bubble (the lecture "LLM Pre-training and Beyond", after Narayanan et al. 2021): each stage
+// idles t_pb = (p-1)(t_f + t_b) for GPipe and 1F1B. The lecture divides it by the ideal step
+// m (t_f + t_b): (p-1)/m, and (1/v)(p-1)/m interleaved. This code divides it by the whole step,
+// t_pb + m (t_f + t_b): (p-1)/(m+p-1), and (p-1)/(v m + p-1) interleaved; that is the fraction
+// it prints (pp_schedule.h derives them, and ZB-H1's).
 #pragma once
 
 #include <vector>

@@ -81,12 +81,16 @@
 // The bubble, in the lecture's notation: t_f, t_b one stage's forward and backward of one
 // micro-batch. Stage s starts s t_f late (the first forward reaches it) and in GPipe and 1F1B
 // it ends (p-1-s) t_b before stage 0 (the last backward walking back), idle in between for the
-// rest: every stage idles t_pb = (p-1)(t_f + t_b) while it works m (t_f + t_b), so
+// rest: every stage idles t_pb = (p-1)(t_f + t_b) while it works m (t_f + t_b). The lecture
+// (Narayanan et al. 2021) divides t_pb by the ideal time m (t_f + t_b): (p-1)/m. Here the
+// bubble is the idle share of the whole step, which is what pp_simulate and the trainer print:
 //     bubble = t_pb / (t_pb + m (t_f + t_b)) = (p-1) / (m + p-1)                 gpipe, 1f1b
+// (p = 4, m = 8: 3/11 = 0.273 here, 3/8 = 0.375 in the lecture's normalisation.)
 // With per chunk costs f, b, w (PPCosts; a whole backward is b + w): t_f = f, t_b = b + w, and
 // (p-1)(f+b+w) / (m(f+b+w) + (p-1)(f+b+w)) is the same fraction.
 // Interleaved: a stage's work per micro-batch is v chunks, t_f = v f, t_b = v (b + w), but the
-// pipeline fills and drains one chunk at a time: t_pb = (p-1)(t_f + t_b) / v, so
+// pipeline fills and drains one chunk at a time: t_pb = (p-1)(t_f + t_b) / v (the lecture's
+// (1/v)(p-1)/m of the ideal time), so
 //     bubble = (p-1)(f+b+w) / (m v (f+b+w) + (p-1)(f+b+w)) = (p-1) / (v m + p-1).
 // ZB-H1 (Qi et al. 2023, section 2.1, drawn for f = b = w): the first B reaches stage 0 after
 // (p-1)(f + b) instead of (p-1)(f + b + w), and the W's that 1F1B leaves to the end fill the

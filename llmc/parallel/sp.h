@@ -1,4 +1,5 @@
-// Sequence parallelism (Megatron, Korthikanti et al. 2022; seed 002, "TP + SP"): between the
+// Sequence parallelism (Megatron, Korthikanti et al. 2022; the lecture "LLM Pre-training and
+// Beyond", "TP + SP"): between the
 // tensor-parallel layers, the layernorms, the residual adds and the embedding's output work
 // token by token, so plain TP computes them redundantly on every rank on all B x T tokens.
 // SP splits those tokens over the tp ranks instead: each rank's residual stream holds B x T/tp.

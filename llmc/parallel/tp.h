@@ -1,4 +1,5 @@
-// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; seed 002): the tp ranks of a mesh row
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; the lecture "LLM Pre-training and
+// Beyond"): the tp ranks of a mesh row
 // split every matrix of the block, so each holds 1/tp of the weights and does 1/tp of their FLOPs.
 //
 //   attention:  x ─f─> [qkv: my NH/tp heads] ─> attention on my heads ─> [attproj: my C/tp rows] ─g─> + x

@@ -12,7 +12,8 @@
 //     the rows this rank holds; every rank adds all of it into dwpe (so wpe's gradient is
 //     complete everywhere, like the replicated tensor it is).
 // LM head:  a column-parallel linear (tp.h) with Vs output columns: logits (B, T, Vs) per rank.
-// Loss, without ever forming a row of Vp logits on one rank (seed 002; per token i, target y):
+// Loss, without ever forming a row of Vp logits on one rank (Megatron-LM's vocab-parallel
+// cross-entropy, Shoeybi et al. 2019; per token i, target y):
 //     m_i = max_t (max over rank t's real columns)                 all-reduce MAX of B T floats
 //     s_i = sum_t sum_v exp(x_v - m_i),  x_y = sum_t (x_y if t holds y, else 0)
 //                                                                  all-reduce SUM of 2 B T floats

@@ -45,7 +45,7 @@ Model files (magic 20240326, 256 int32 header, then the parameters in table orde
     and header[12] = aux coefficient alpha, both float32 bit patterns. Tensors: llm.c's 16, but
     fcw/fcb/fcprojw/fcprojb hold the Ld = L - L/N dense blocks only, then routerw (Lm, E, C),
     expfcw (Lm, E, 4C, C), expfcb (Lm, E, 4C), expfcprojw (Lm, E, C, 4C), expfcprojb (Lm, E, C),
-    Lm = L / N; a tensor with no elements is absent. The MoE block (issue 20):
+    Lm = L / N; a tensor with no elements is absent. The MoE block:
     softmax router (no bias), top-k by (descending p, then lower expert index), gates p (k = 1)
     or p renormalised over the top k (k >= 2), capacity ceil(cf T k / E) per sequence with the
     assignments taken j = 0 for every token in order, then j = 1, ...; dropped assignments add
