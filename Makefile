@@ -33,7 +33,7 @@ ifeq ($(filter train test test-fast,$(MAKECMDGOALS)),)
 endif
 CXX_VERSION := $(shell $(CXX) -dumpfullversion -dumpversion 2>/dev/null)
 
-# MPI: used when mpicxx is found (multi-rank runs arrive with the collectives issue)
+# MPI: used when mpicxx is found (multi-rank runs need it: doc/collectives.md)
 MPICXX := $(shell command -v mpicxx 2>/dev/null)
 ifneq ($(NO_MPI),)
   MPICXX :=

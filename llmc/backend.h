@@ -1,7 +1,7 @@
 // Picks the kernel backend. The same host code (llmc/gpt2.h, train_gpt2.cu) calls the same
 // function names with the same signatures; only the implementation differs:
 //   -DLLMC_CPU : llmc/cpu/*.h   fp32 reference kernels, OpenMP, runs everywhere
-//   otherwise  : llmc/cuda/*.cuh  bf16 mixed precision on the GPU (the CUDA backend issue)
+//   otherwise  : llmc/cuda/*.cuh  bf16 mixed precision on the GPU (doc/cuda-backend.md)
 #pragma once
 
 #ifdef LLMC_CPU

@@ -5,7 +5,7 @@
 # its order, its summary and its paste-ready section are exercised before a GPU sees them. This is
 # also the CUDA build's reference check in make test: test_gpt2cu bf16 and fp32 (emulated) against
 # PyTorch, with the determinism check (identical reruns, bit-exact save and reload).
-#   1. run.sh --quick passes: every row PASS, in the order the issue asks for (kernels, reference
+#   1. run.sh --quick passes: every row PASS, in the bundle's fixed order (kernels, reference
 #      bf16 and fp32, training against the CPU, the throughput run, one row per production kernel,
 #      then the extension points, the training state, recomputation, loss scaling and FP8), and
 #      gpu-results.md is a markdown section with the same rows.

@@ -1,5 +1,5 @@
-// The pieces of the mixture-of-experts block (the model is in llmc/moe.h, the spec in the MoE
-// issue): the router's softmax, moving token rows to and from the experts, the weighted sum of
+// The pieces of the mixture-of-experts block (the model and its rules are in llmc/moe.h): the
+// router's softmax, moving token rows to and from the experts, the weighted sum of
 // the experts' outputs, and the backward of each. The experts themselves are plain linear
 // layers (matmul.h) and GELU (gelu.h) on the rows gathered for them.
 //
