@@ -47,6 +47,7 @@
 #include "gpt2.h"
 #include "train_args.h"
 #include "parallel/plan.h"
+#include "watchdog.h"
 
 enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL, FAULT_STALL };
 // the model's hook events (llmc/hooks.h) the watchdog counts inside a step, and the last one's kind
@@ -108,16 +109,17 @@ static inline std::string guard_where_name(long long where) {
     return buf;
 }
 
-// marks[r] = {step mark, hook events in the step, last event} of rank r
-static inline std::string guard_verdict(const Guard* g, const std::vector<std::array<long long, 3>>& marks, const std::vector<double>& quiet) {
+// marks[r] = the last heartbeat of rank r; quiet[r] = how long it was silent; *named: the ranks the verdict names
+static inline std::string guard_verdict(const Guard* g, const std::vector<Heartbeat>& marks, const std::vector<double>& quiet,
+                                        double silent_after, std::vector<int>* named) {
     int n = g->world_size;
-    if (n == 1) { return "the run's only rank stopped " + guard_mark_name(marks[0][0]); }
-    double silent_after = std::max(3.0, g->timeout / 2);
+    if (n == 1) { named->push_back(0); return "the run's only rank stopped " + guard_mark_name(marks[0][0]); }
     std::string who, why;
     int count = 0;
     for (int r = 0; r < n; r++) {   // heartbeats stopped: the whole process is frozen (or gone)
         if (quiet[r] > silent_after) {
             who += (count++ ? ", " : "") + std::to_string(r);
+            named->push_back(r);
             why = "no heartbeat for " + std::to_string((int)quiet[r]) + " s: the process is frozen or gone; last seen " +
                   guard_mark_name(marks[r][0]);
         }
@@ -127,7 +129,7 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<std::a
         for (int r = 1; r < n; r++) { lo = std::min(lo, marks[r][0]); hi = std::max(hi, marks[r][0]); }
         if (lo != hi) {
             for (int r = 0; r < n; r++) {
-                if (marks[r][0] == lo) { who += (count++ ? ", " : "") + std::to_string(r); }
+                if (marks[r][0] == lo) { who += (count++ ? ", " : "") + std::to_string(r); named->push_back(r); }
             }
             why = "last seen " + guard_mark_name(lo) + "; it is not in a communication call: the other ranks are " +
                   guard_mark_name(hi) + ", waiting for it";
@@ -146,7 +148,7 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<std::a
             }
             int rhi = 0;
             for (int r = 0; r < n; r++) {
-                if (marks[r][1] == elo) { who += (count++ ? ", " : "") + std::to_string(r); }
+                if (marks[r][1] == elo) { who += (count++ ? ", " : "") + std::to_string(r); named->push_back(r); }
                 if (marks[r][1] == ehi) { rhi = r; }
             }
             int rlo = atoi(who.c_str());
@@ -160,33 +162,39 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<std::a
 static inline void guard_watchdog(Guard* g) {
     const double poll = 0.05;
     int me = g->rank, n = g->world_size;
-    std::vector<std::array<long long, 3>> peer(n, {0, 0, 0}), sendbuf(n, {0, 0, 0}), recvbuf(n, {0, 0, 0});
-    std::vector<double> heard(n, wall_seconds());
+    std::vector<Heartbeat> peer(n, Heartbeat{}), sendbuf(n, Heartbeat{}), recvbuf(n, Heartbeat{});
+    Watch w;   // when each rank was last heard, whether this one was stopped, who speaks (llmc/watchdog.h)
+    watch_init(&w, n, g->timeout, wall_seconds());
 #ifdef USE_MPI
     const double beat = 0.25;
     double last_beat = -1.0;
     std::vector<MPI_Request> sreq(n, MPI_REQUEST_NULL), rreq(n, MPI_REQUEST_NULL);
+    auto send_beats = [&](const Heartbeat& h) {   // to every peer (skip a peer whose last one is still out)
+        for (int p = 0; p < n; p++) {
+            int done = 1;
+            if (p == me) { continue; }
+            if (sreq[p] != MPI_REQUEST_NULL) { MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE); }
+            if (!done) { continue; }
+            sendbuf[p] = h;
+            MPI_Isend(sendbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
+        }
+    };
     if (g->heartbeats) {
         for (int p = 0; p < n; p++) {
-            if (p != me) { MPI_Irecv(recvbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
+            if (p != me) { MPI_Irecv(recvbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
         }
     }
 #endif
     while (!g->stop.load()) {
         double now = wall_seconds();
-        std::array<long long, 3> now_mark = {g->mark.load(), g->events.load(), g->where.load()};
+        watch_look(&w, now);   // this process was stopped since the last look: what it measured starts again
+        double since = watch_since(&w, g->last_progress.load());
+        Heartbeat now_mark = {g->mark.load(), g->events.load(), g->where.load(), 0};
         long long mine = now_mark[0];
 #ifdef USE_MPI
         if (g->heartbeats) {
-            if (now - last_beat >= beat) {   // send this rank's mark to every peer (skip a peer whose last one is still out)
-                for (int p = 0; p < n; p++) {
-                    if (p == me) { continue; }
-                    int done = 1;
-                    if (sreq[p] != MPI_REQUEST_NULL) { MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE); }
-                    if (!done) { continue; }
-                    sendbuf[p] = now_mark;
-                    MPI_Isend(sendbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
-                }
+            if (now - last_beat >= beat) {
+                send_beats(now_mark);
                 last_beat = now;
             }
             for (int p = 0; p < n; p++) {   // take every heartbeat that has arrived
@@ -195,21 +203,43 @@ static inline void guard_watchdog(Guard* g) {
                     int done = 0;
                     MPI_Test(&rreq[p], &done, MPI_STATUS_IGNORE);
                     if (!done) { break; }
-                    peer[p] = recvbuf[p];
-                    heard[p] = now;
-                    MPI_Irecv(recvbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
+                    if (recvbuf[p][3] & WATCH_SPOKE) { w.spoke = 1; }
+                    if (!watch_heard(&w, p, now, since)) { peer[p] = recvbuf[p]; }   // frozen in this wait: the mark from before
+                    MPI_Irecv(recvbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
                 }
             }
         }
 #endif
-        double idle = now - g->last_progress.load();
-        if (mine > 0 && idle > g->timeout) {
-            std::vector<std::array<long long, 3>> marks(peer);
+        double idle = now - since;
+        if (mine <= 0 || idle <= g->timeout) {
+            w.decided_at = 0.0;
+        } else if (!watch_unsure(&w, me, now)) {   // no progress for the timeout, and every rank either heard or long silent
+            std::vector<Heartbeat> marks(peer);
             std::vector<double> quiet(n, 0.0);
+            std::vector<int> named;
             marks[me] = now_mark;
-            for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : now - heard[p]; }
-            std::string verdict = guard_verdict(g, marks, quiet);
-            die("no progress for %.0f s (--comm-timeout %g): %s", idle, g->timeout, verdict.c_str());
+            for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : watch_silence(&w, p, now, since); }
+            std::string verdict = guard_verdict(g, marks, quiet, w.silent_after, &named);
+            if (w.decided_at == 0.0) { w.decided_at = now; }
+            int speaks = watch_speaker(named, n) == me;
+            if (!speaks && now - w.decided_at > w.grace) {   // the rank that should speak has not ended the job
+                if (w.spoke) { tmp_file_remove_all(); exit(1); }   // it spoke, mpirun is slow: end without a word
+                speaks = 1;
+            }
+            if (speaks) {
+#ifdef USE_MPI
+                if (g->heartbeats) {   // tell the others first (small sends, gone at once; wait at most 0.2 s)
+                    Heartbeat last = now_mark;
+                    last[3] = WATCH_SPOKE;
+                    send_beats(last);
+                    for (int i = 0, done = 0; i < 40 && !done; i++) {
+                        MPI_Testall(n, sreq.data(), &done, MPI_STATUSES_IGNORE);
+                        if (!done) { struct timespec ts = {0, 5000000}; nanosleep(&ts, NULL); }
+                    }
+                }
+#endif
+                die("no progress for %.0f s (--comm-timeout %g): %s", idle, g->timeout, verdict.c_str());
+            }
         }
         struct timespec ts = {0, (long)(poll * 1e9)};
         nanosleep(&ts, NULL);
@@ -387,6 +417,10 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     g->hb = MPI_COMM_NULL;
     g->stop.store(0);
     if (g->timeout <= 0) { return; }
+    struct sigaction cont = {};   // the watchdog's witness that this process was stopped (llmc/watchdog.h)
+    cont.sa_handler = watch_on_sigcont;
+    cont.sa_flags = SA_RESTART;
+    sigaction(SIGCONT, &cont, NULL);
 #ifdef USE_MPI
     if (g->world_size > 1) {
         MPI_Comm_dup(MPI_COMM_WORLD, &g->hb);   // the heartbeats never meet the run's messages
