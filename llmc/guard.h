@@ -19,8 +19,8 @@
 // forever. Each rank runs a watchdog thread. The main thread marks its progress at each step's
 // start and end (it started step s, it ended step s), and inside a step at each of the model's
 // hook events (a micro-batch starts, a block's forward or backward begins: a table of hooks in
-// the model's chain, llmc/hooks.h); when a rank's main thread has not moved for T seconds, its
-// watchdog ends the process with one line naming the rank that stopped answering. To know which
+// the model's chain, llmc/hooks.h); when the main threads have not moved for T seconds, one
+// watchdog ends the job with one line naming the rank that stopped answering. To know which
 // one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
 // (non-blocking sends and receives on a communicator of their own, polled with MPI_Test, so a
 // frozen peer never blocks them). The hung rank is the one behind the others: in an earlier step
@@ -30,9 +30,13 @@
 // so their counts compare; pipeline stages run different passes, and only steps compare there. Or
 // it is the one whose heartbeats stopped (the whole process is frozen). A rank that hangs at the
 // same event as the others (inside a collective they all entered) cannot be told from the ones
-// waiting for it, and the line says so. T must exceed the longest time between two marks (a
-// block's forward or backward, an evaluation, a sample, a save). The watchdog is armed at the first
-// step and stops after the last (the final evaluation and saves are not watched).
+// waiting for it, and the line says so. One verdict for the job (llmc/watchdog.h): the lowest rank
+// the verdict does not name prints it; the others, which mostly reach the same one, stay silent
+// while mpirun ends them; a rank that was itself stopped (SIGSTOP: it gets SIGCONT, or its watchdog
+// looks late) accuses no one; a rank whose heartbeats stopped during the wait stays the frozen one
+// even if they come back. T must exceed the longest time between two marks (a block's forward or
+// backward, an evaluation, a sample, a save). The watchdog is armed at the first step and stops
+// after the last (the final evaluation and saves are not watched).
 #pragma once
 
 #include <signal.h>

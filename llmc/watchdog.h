@@ -5,8 +5,8 @@
 //      or its watchdog, which looks every 0.05 s, finds that far more time went by since its last
 //      look (late_after, about as long as the others wait before they call a rank frozen). It heard
 //      no one meanwhile, so it forgets what it measured: its own wait and the others' silences
-//      start again from now. It accuses no one. (When mpirun ends a job it sends every rank SIGCONT,
-//      then SIGTERM: a stopped rank runs for a moment, and the others stay silent too.)
+//      start again from now. It accuses no one. (When mpirun ends a job it continues a stopped
+//      rank with SIGCONT before its SIGTERM: that rank runs for a moment.)
 //   2. A rank whose heartbeats stopped for longer than silent_after at any time during this rank's
 //      wait was frozen, even if its heartbeats came back since (that moment of running again), and
 //      it keeps the mark it had before. While a rank has missed a few heartbeats (over a second's
