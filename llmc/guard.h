@@ -31,8 +31,8 @@
 // it is the one whose heartbeats stopped (the whole process is frozen). A rank that hangs at the
 // same event as the others (inside a collective they all entered) cannot be told from the ones
 // waiting for it, and the line says so. One verdict for the job (llmc/watchdog.h): the lowest rank
-// the verdict does not name prints it; the others, which mostly reach the same one, stay silent
-// while mpirun ends them; a rank that was itself stopped (SIGSTOP: it gets SIGCONT, or its watchdog
+// the verdict does not name, of those waiting too, prints it; the others, which mostly reach the
+// same one, stay silent while mpirun ends them; a rank that was itself stopped (SIGSTOP: it gets SIGCONT, or its watchdog
 // looks late) accuses no one; a rank whose heartbeats stopped during the wait stays the frozen one
 // even if they come back. T must exceed the longest time between two marks (a block's forward or
 // backward, an evaluation, a sample, a save). The watchdog is armed at the first step and stops
@@ -195,6 +195,8 @@ static inline void guard_watchdog(Guard* g) {
         double since = watch_since(&w, g->last_progress.load());
         Heartbeat now_mark = {g->mark.load(), g->events.load(), g->where.load(), 0};
         long long mine = now_mark[0];
+        double idle = now - since;
+        if (mine > 0 && idle > g->timeout / 2) { now_mark[3] = WATCH_WAITING; }   // it may speak (watch_speaker)
 #ifdef USE_MPI
         if (g->heartbeats) {
             if (now - last_beat >= beat) {
@@ -207,14 +209,12 @@ static inline void guard_watchdog(Guard* g) {
                     int done = 0;
                     MPI_Test(&rreq[p], &done, MPI_STATUS_IGNORE);
                     if (!done) { break; }
-                    if (recvbuf[p][3] & WATCH_SPOKE) { w.spoke = 1; }
-                    if (!watch_heard(&w, p, now, since)) { peer[p] = recvbuf[p]; }   // frozen in this wait: the mark from before
+                    if (!watch_heard(&w, p, recvbuf[p][3], now, since)) { peer[p] = recvbuf[p]; }   // frozen in this wait: the mark from before
                     MPI_Irecv(recvbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
                 }
             }
         }
 #endif
-        double idle = now - since;
         if (mine <= 0 || idle <= g->timeout) {
             w.decided_at = 0.0;
         } else if (!watch_unsure(&w, me, now)) {   // no progress for the timeout, and every rank either heard or long silent
@@ -225,16 +225,16 @@ static inline void guard_watchdog(Guard* g) {
             for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : watch_silence(&w, p, now, since); }
             std::string verdict = guard_verdict(g, marks, quiet, w.silent_after, &named);
             if (w.decided_at == 0.0) { w.decided_at = now; }
-            int speaks = watch_speaker(named, n) == me;
-            if (!speaks && now - w.decided_at > w.grace) {   // the rank that should speak has not ended the job
-                if (w.spoke) { tmp_file_remove_all(); exit(1); }   // it spoke, mpirun is slow: end without a word
-                speaks = 1;
+            int speaks = !w.spoke && watch_speaker(&w, named, me) == me;   // once a rank spoke, no other does
+            if (!speaks && now - w.decided_at > w.grace) {   // the job should have ended by now
+                if (w.spoke) { tmp_file_remove_all(); exit(1); }   // a rank spoke, mpirun is slow: end without a word
+                speaks = 1;                                        // the rank that should speak is stuck: this one does
             }
             if (speaks) {
 #ifdef USE_MPI
                 if (g->heartbeats) {   // tell the others first (small sends, gone at once; wait at most 0.2 s)
                     Heartbeat last = now_mark;
-                    last[3] = WATCH_SPOKE;
+                    last[3] |= WATCH_SPOKE;
                     send_beats(last);
                     for (int i = 0, done = 0; i < 40 && !done; i++) {
                         MPI_Testall(n, sreq.data(), &done, MPI_STATUSES_IGNORE);
@@ -250,6 +250,7 @@ static inline void guard_watchdog(Guard* g) {
     }
 #ifdef USE_MPI
     if (g->heartbeats) {   // leave nothing pending: receives cancelled, sends finished (they are small: sent eagerly)
+        send_beats(Heartbeat{g->mark.load(), g->events.load(), g->where.load(), WATCH_DONE});   // a last one: done, not frozen
         for (int p = 0; p < n; p++) {
             if (p == me) { continue; }
             MPI_Cancel(&rreq[p]);

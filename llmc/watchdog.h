@@ -11,9 +11,12 @@
 //      wait was frozen, even if its heartbeats came back since (that moment of running again), and
 //      it keeps the mark it had before. While a rank has missed a few heartbeats (over a second's
 //      worth) but has not yet been silent for silent_after, the verdict waits: it is frozen or late.
-//   3. One rank speaks: the lowest rank the verdict does not name. It sets a flag in a last
-//      heartbeat to the others, prints the verdict and ends the job; the others say nothing, and
-//      mpirun ends them. Only if the job has not ended a grace period after a rank reached its
+//   3. One rank speaks: the lowest rank the verdict does not name, among those that wait too (a
+//      flag in their heartbeats: no progress for half the timeout; a rank that goes on, like the
+//      other workers of the asynchronous parameter server, does not speak; with no other rank
+//      waiting, a rank speaks for itself). It sets a flag in a
+//      last heartbeat to the others, prints the verdict and ends the job; the others say nothing,
+//      and mpirun ends them. Only if the job has not ended a grace period after a rank reached its
 //      verdict (the timeout plus silent_after: time for the speaker to wait all over again, rule 1)
 //      does it print its own; or, if it heard the flag, it ends quietly (exit status 1).
 #pragma once
@@ -26,7 +29,10 @@
 
 // A heartbeat: {step mark, hook events in the step, last event, flags} (see Guard in llmc/guard.h)
 typedef std::array<long long, 4> Heartbeat;
-enum { WATCH_SPOKE = 1 };   // flag: this rank has printed the verdict and is ending the job
+// flags: WATCH_SPOKE this rank printed the verdict and is ending the job; WATCH_WAITING its main
+// thread made no progress for half the timeout; WATCH_DONE its steps are done, the watchdog stopped
+// (its heartbeats stop for that reason, not because it is frozen)
+enum { WATCH_SPOKE = 1, WATCH_WAITING = 2, WATCH_DONE = 4 };
 
 typedef struct Watch {
     double silent_after;   // a rank silent this long is frozen (or gone)
@@ -37,6 +43,7 @@ typedef struct Watch {
     double back_at;        // when this rank last came back from being stopped (0: never)
     double decided_at;     // when this rank reached a verdict in the current wait (0: not yet)
     int spoke;             // another rank's heartbeat said it printed the verdict
+    std::vector<long long> flags;       // each rank's flags, from its last heartbeat
     std::vector<double> heard;          // when each rank's last heartbeat came
     std::vector<double> gap, gap_end;   // each rank's last silence longer than silent_after, and when it ended
 } Watch;
@@ -54,6 +61,7 @@ static inline void watch_init(Watch* w, int n, double timeout, double now) {
     w->back_at = 0.0;
     w->decided_at = 0.0;
     w->spoke = 0;
+    w->flags.assign(n, 0);
     w->heard.assign(n, now);
     w->gap.assign(n, 0.0);
     w->gap_end.assign(n, 0.0);
@@ -75,9 +83,11 @@ static inline void watch_look(Watch* w, double now) {
 // The start of this rank's wait: its last progress, or its return from being stopped
 static inline double watch_since(const Watch* w, double last_progress) { return std::max(last_progress, w->back_at); }
 
-// A heartbeat of rank p arrived: a long silence before it is remembered (rule 2). Returns 1 when
-// p was frozen during this rank's wait (which began at `since`): its mark is then the one before.
-static inline int watch_heard(Watch* w, int p, double now, double since) {
+// A heartbeat of rank p arrived, with these flags: a long silence before it is remembered (rule 2).
+// Returns 1 when p was frozen during this rank's wait (which began at `since`): its mark is then the one before.
+static inline int watch_heard(Watch* w, int p, long long flags, double now, double since) {
+    w->flags[p] = flags;
+    if (flags & WATCH_SPOKE) { w->spoke = 1; }
     if (now - w->heard[p] > w->silent_after) {
         w->gap[p] = now - w->heard[p];
         w->gap_end[p] = now;
@@ -88,6 +98,7 @@ static inline int watch_heard(Watch* w, int p, double now, double since) {
 
 // How long rank p has been silent during this rank's wait: its silence now, or a longer one that ended in it
 static inline double watch_silence(const Watch* w, int p, double now, double since) {
+    if (w->flags[p] & WATCH_DONE) { return 0.0; }   // silent because it finished, not frozen
     double quiet = now - w->heard[p];
     return w->gap_end[p] > since ? std::max(quiet, w->gap[p]) : quiet;
 }
@@ -96,15 +107,17 @@ static inline double watch_silence(const Watch* w, int p, double now, double sin
 static inline int watch_unsure(const Watch* w, int me, double now) {
     for (int p = 0; p < (int)w->heard.size(); p++) {
         double quiet = now - w->heard[p];
-        if (p != me && quiet > 1.0 && quiet <= w->silent_after) { return 1; }
+        if (p != me && !(w->flags[p] & WATCH_DONE) && quiet > 1.0 && quiet <= w->silent_after) { return 1; }
     }
     return 0;
 }
 
-// Rule 3: the rank that prints the verdict, the lowest one it does not name (rank 0 if it names all)
-static inline int watch_speaker(const std::vector<int>& named, int n) {
-    for (int r = 0; r < n; r++) {
-        if (std::find(named.begin(), named.end(), r) == named.end()) { return r; }
+// Rule 3: the rank that prints the verdict, the lowest one it does not name among this rank and
+// those waiting too (their flag); this rank when there is none (it names every waiting rank)
+static inline int watch_speaker(const Watch* w, const std::vector<int>& named, int me) {
+    for (int r = 0; r < (int)w->flags.size(); r++) {
+        int waits = r == me || (w->flags[r] & WATCH_WAITING);
+        if (waits && std::find(named.begin(), named.end(), r) == named.end()) { return r; }
     }
-    return 0;
+    return me;
 }
