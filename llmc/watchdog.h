@@ -10,7 +10,8 @@
 //   2. A rank whose heartbeats stopped for longer than silent_after at any time during this rank's
 //      wait was frozen, even if its heartbeats came back since (that moment of running again), and
 //      it keeps the mark it had before. While a rank has missed a few heartbeats (over a second's
-//      worth) but has not yet been silent for silent_after, the verdict waits: it is frozen or late.
+//      worth) but has not yet been silent for silent_after, the verdict waits: it is frozen or late;
+//      and for a second after such a rank is heard again (stopped briefly, it lets the run go on).
 //   3. One rank speaks: the lowest rank the verdict does not name, among those that wait too (a
 //      flag in their heartbeats: no progress for half the timeout; a rank that goes on, like the
 //      other workers of the asynchronous parameter server, does not speak; with no other rank
@@ -46,6 +47,7 @@ typedef struct Watch {
     std::vector<long long> flags;       // each rank's flags, from its last heartbeat
     std::vector<double> heard;          // when each rank's last heartbeat came
     std::vector<double> gap, gap_end;   // each rank's last silence longer than silent_after, and when it ended
+    std::vector<double> back;           // when each rank was last heard again after missing a second of heartbeats
 } Watch;
 
 // SIGCONT counted (the watchdog installs the handler: guard_init)
@@ -65,6 +67,7 @@ static inline void watch_init(Watch* w, int n, double timeout, double now) {
     w->heard.assign(n, now);
     w->gap.assign(n, 0.0);
     w->gap_end.assign(n, 0.0);
+    w->back.assign(n, -1e9);
 }
 
 // Rule 1, at each look: a SIGCONT, or the time since the last look, shows that this process was stopped
@@ -88,6 +91,7 @@ static inline double watch_since(const Watch* w, double last_progress) { return 
 static inline int watch_heard(Watch* w, int p, long long flags, double now, double since) {
     w->flags[p] = flags;
     if (flags & WATCH_SPOKE) { w->spoke = 1; }
+    if (now - w->heard[p] > 1.0) { w->back[p] = now; }
     if (now - w->heard[p] > w->silent_after) {
         w->gap[p] = now - w->heard[p];
         w->gap_end[p] = now;
@@ -103,11 +107,13 @@ static inline double watch_silence(const Watch* w, int p, double now, double sin
     return w->gap_end[p] > since ? std::max(quiet, w->gap[p]) : quiet;
 }
 
-// Not sure yet: some rank missed four heartbeats (0.25 s apart) but is not silent_after yet
+// Not sure yet: some rank missed four heartbeats (0.25 s apart) but is not silent_after yet, or
+// it came back from such a silence less than a second ago (a short stop: the run may go on now)
 static inline int watch_unsure(const Watch* w, int me, double now) {
     for (int p = 0; p < (int)w->heard.size(); p++) {
         double quiet = now - w->heard[p];
-        if (p != me && !(w->flags[p] & WATCH_DONE) && quiet > 1.0 && quiet <= w->silent_after) { return 1; }
+        if (p == me || (w->flags[p] & WATCH_DONE)) { continue; }
+        if ((quiet > 1.0 && quiet <= w->silent_after) || now - w->back[p] < 1.0) { return 1; }
     }
     return 0;
 }
