@@ -20,8 +20,8 @@
 // forever. Each rank runs a watchdog thread. The main thread marks its progress at each step's
 // start and end (it started step s, it ended step s), and inside a step at each of the model's
 // hook events (a micro-batch starts, a block's forward or backward begins: a table of hooks in
-// the model's chain, llmc/hooks.h); when a rank's main thread has not moved for T seconds, its
-// watchdog ends the process with one line naming the rank that stopped answering. To know which
+// the model's chain, llmc/hooks.h); when the main threads have not moved for T seconds, one
+// watchdog ends the job with one line naming the rank that stopped answering. To know which
 // one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
 // (non-blocking sends and receives on a communicator of their own, polled with MPI_Test, so a
 // frozen peer never blocks them). The hung rank is the one behind the others: in an earlier step
@@ -31,9 +31,13 @@
 // so their counts compare; pipeline stages run different passes, and only steps compare there. Or
 // it is the one whose heartbeats stopped (the whole process is frozen). A rank that hangs at the
 // same event as the others (inside a collective they all entered) cannot be told from the ones
-// waiting for it, and the line says so. T must exceed the longest time between two marks (a
-// block's forward or backward, an evaluation, a sample, a save). The watchdog is armed at the first
-// step and stops after the last (the final evaluation and saves are not watched).
+// waiting for it, and the line says so. One verdict for the job (llmc/watchdog.h): the lowest rank
+// the verdict does not name, of those waiting too, prints it; the others, which mostly reach the
+// same one, stay silent while mpirun ends them; a rank that was itself stopped (SIGSTOP: it gets SIGCONT, or its watchdog
+// looks late) accuses no one; a rank whose heartbeats stopped during the wait stays the frozen one
+// even if they come back. T must exceed the longest time between two marks (a block's forward or
+// backward, an evaluation, a sample, a save). The watchdog is armed at the first step and stops
+// after the last (the final evaluation and saves are not watched).
 #pragma once
 
 #include <signal.h>
@@ -49,6 +53,7 @@
 #include "gpt2.h"
 #include "train_args.h"
 #include "parallel/plan.h"
+#include "watchdog.h"
 
 enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL, FAULT_STALL };
 // the model's hook events (llmc/hooks.h) the watchdog counts inside a step, and the last one's kind
@@ -110,16 +115,17 @@ static inline std::string guard_where_name(long long where) {
     return buf;
 }
 
-// marks[r] = {step mark, hook events in the step, last event} of rank r
-static inline std::string guard_verdict(const Guard* g, const std::vector<std::array<long long, 3>>& marks, const std::vector<double>& quiet) {
+// marks[r] = the last heartbeat of rank r; quiet[r] = how long it was silent; *named: the ranks the verdict names
+static inline std::string guard_verdict(const Guard* g, const std::vector<Heartbeat>& marks, const std::vector<double>& quiet,
+                                        double silent_after, std::vector<int>* named) {
     int n = g->world_size;
-    if (n == 1) { return "the run's only rank stopped " + guard_mark_name(marks[0][0]); }
-    double silent_after = std::max(3.0, g->timeout / 2);
+    if (n == 1) { named->push_back(0); return "the run's only rank stopped " + guard_mark_name(marks[0][0]); }
     std::string who, why;
     int count = 0;
     for (int r = 0; r < n; r++) {   // heartbeats stopped: the whole process is frozen (or gone)
         if (quiet[r] > silent_after) {
             who += (count++ ? ", " : "") + std::to_string(r);
+            named->push_back(r);
             why = "no heartbeat for " + std::to_string((int)quiet[r]) + " s: the process is frozen or gone; last seen " +
                   guard_mark_name(marks[r][0]);
         }
@@ -129,7 +135,7 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<std::a
         for (int r = 1; r < n; r++) { lo = std::min(lo, marks[r][0]); hi = std::max(hi, marks[r][0]); }
         if (lo != hi) {
             for (int r = 0; r < n; r++) {
-                if (marks[r][0] == lo) { who += (count++ ? ", " : "") + std::to_string(r); }
+                if (marks[r][0] == lo) { who += (count++ ? ", " : "") + std::to_string(r); named->push_back(r); }
             }
             why = "last seen " + guard_mark_name(lo) + "; it is not in a communication call: the other ranks are " +
                   guard_mark_name(hi) + ", waiting for it";
@@ -148,7 +154,7 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<std::a
             }
             int rhi = 0;
             for (int r = 0; r < n; r++) {
-                if (marks[r][1] == elo) { who += (count++ ? ", " : "") + std::to_string(r); }
+                if (marks[r][1] == elo) { who += (count++ ? ", " : "") + std::to_string(r); named->push_back(r); }
                 if (marks[r][1] == ehi) { rhi = r; }
             }
             int rlo = atoi(who.c_str());
@@ -162,33 +168,41 @@ static inline std::string guard_verdict(const Guard* g, const std::vector<std::a
 static inline void guard_watchdog(Guard* g) {
     const double poll = 0.05;
     int me = g->rank, n = g->world_size;
-    std::vector<std::array<long long, 3>> peer(n, {0, 0, 0}), sendbuf(n, {0, 0, 0}), recvbuf(n, {0, 0, 0});
-    std::vector<double> heard(n, wall_seconds());
+    std::vector<Heartbeat> peer(n, Heartbeat{}), sendbuf(n, Heartbeat{}), recvbuf(n, Heartbeat{});
+    Watch w;   // when each rank was last heard, whether this one was stopped, who speaks (llmc/watchdog.h)
+    watch_init(&w, n, g->timeout, wall_seconds());
 #ifdef USE_MPI
     const double beat = 0.25;
     double last_beat = -1.0;
     std::vector<MPI_Request> sreq(n, MPI_REQUEST_NULL), rreq(n, MPI_REQUEST_NULL);
+    auto send_beats = [&](const Heartbeat& h) {   // to every peer (skip a peer whose last one is still out)
+        for (int p = 0; p < n; p++) {
+            int done = 1;
+            if (p == me) { continue; }
+            if (sreq[p] != MPI_REQUEST_NULL) { MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE); }
+            if (!done) { continue; }
+            sendbuf[p] = h;
+            MPI_Isend(sendbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
+        }
+    };
     if (g->heartbeats) {
         for (int p = 0; p < n; p++) {
-            if (p != me) { MPI_Irecv(recvbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
+            if (p != me) { MPI_Irecv(recvbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]); }
         }
     }
 #endif
     while (!g->stop.load()) {
         double now = wall_seconds();
-        std::array<long long, 3> now_mark = {g->mark.load(), g->events.load(), g->where.load()};
+        watch_look(&w, now);   // this process was stopped since the last look: what it measured starts again
+        double since = watch_since(&w, g->last_progress.load());
+        Heartbeat now_mark = {g->mark.load(), g->events.load(), g->where.load(), 0};
         long long mine = now_mark[0];
+        double idle = now - since;
+        if (mine > 0 && idle > g->timeout / 2) { now_mark[3] = WATCH_WAITING; }   // it may speak (watch_speaker)
 #ifdef USE_MPI
         if (g->heartbeats) {
-            if (now - last_beat >= beat) {   // send this rank's mark to every peer (skip a peer whose last one is still out)
-                for (int p = 0; p < n; p++) {
-                    if (p == me) { continue; }
-                    int done = 1;
-                    if (sreq[p] != MPI_REQUEST_NULL) { MPI_Test(&sreq[p], &done, MPI_STATUS_IGNORE); }
-                    if (!done) { continue; }
-                    sendbuf[p] = now_mark;
-                    MPI_Isend(sendbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &sreq[p]);
-                }
+            if (now - last_beat >= beat) {
+                send_beats(now_mark);
                 last_beat = now;
             }
             for (int p = 0; p < n; p++) {   // take every heartbeat that has arrived
@@ -197,27 +211,48 @@ static inline void guard_watchdog(Guard* g) {
                     int done = 0;
                     MPI_Test(&rreq[p], &done, MPI_STATUS_IGNORE);
                     if (!done) { break; }
-                    peer[p] = recvbuf[p];
-                    heard[p] = now;
-                    MPI_Irecv(recvbuf[p].data(), 3, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
+                    if (!watch_heard(&w, p, recvbuf[p][3], now, since)) { peer[p] = recvbuf[p]; }   // frozen in this wait: the mark from before
+                    MPI_Irecv(recvbuf[p].data(), 4, MPI_LONG_LONG, p, GUARD_TAG, g->hb, &rreq[p]);
                 }
             }
         }
 #endif
-        double idle = now - g->last_progress.load();
-        if (mine > 0 && idle > g->timeout) {
-            std::vector<std::array<long long, 3>> marks(peer);
+        if (mine <= 0 || idle <= g->timeout) {
+            w.decided_at = 0.0;
+        } else if (!watch_unsure(&w, me, now)) {   // no progress for the timeout, and every rank either heard or long silent
+            std::vector<Heartbeat> marks(peer);
             std::vector<double> quiet(n, 0.0);
+            std::vector<int> named;
             marks[me] = now_mark;
-            for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : now - heard[p]; }
-            std::string verdict = guard_verdict(g, marks, quiet);
-            die("no progress for %.0f s (--comm-timeout %g): %s", idle, g->timeout, verdict.c_str());
+            for (int p = 0; p < n; p++) { quiet[p] = p == me ? 0.0 : watch_silence(&w, p, now, since); }
+            std::string verdict = guard_verdict(g, marks, quiet, w.silent_after, &named);
+            if (w.decided_at == 0.0) { w.decided_at = now; }
+            int speaks = !w.spoke && watch_speaker(&w, named, me) == me;   // once a rank spoke, no other does
+            if (!speaks && now - w.decided_at > w.grace) {   // the job should have ended by now
+                if (w.spoke) { tmp_file_remove_all(); exit(1); }   // a rank spoke, mpirun is slow: end without a word
+                speaks = 1;                                        // the rank that should speak is stuck: this one does
+            }
+            if (speaks) {
+#ifdef USE_MPI
+                if (g->heartbeats) {   // tell the others first (small sends, gone at once; wait at most 0.2 s)
+                    Heartbeat last = now_mark;
+                    last[3] |= WATCH_SPOKE;
+                    send_beats(last);
+                    for (int i = 0, done = 0; i < 40 && !done; i++) {
+                        MPI_Testall(n, sreq.data(), &done, MPI_STATUSES_IGNORE);
+                        if (!done) { struct timespec ts = {0, 5000000}; nanosleep(&ts, NULL); }
+                    }
+                }
+#endif
+                die("no progress for %.0f s (--comm-timeout %g): %s", idle, g->timeout, verdict.c_str());
+            }
         }
         struct timespec ts = {0, (long)(poll * 1e9)};
         nanosleep(&ts, NULL);
     }
 #ifdef USE_MPI
     if (g->heartbeats) {   // leave nothing pending: receives cancelled, sends finished (they are small: sent eagerly)
+        send_beats(Heartbeat{g->mark.load(), g->events.load(), g->where.load(), WATCH_DONE});   // a last one: done, not frozen
         for (int p = 0; p < n; p++) {
             if (p == me) { continue; }
             MPI_Cancel(&rreq[p]);
@@ -389,6 +424,10 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     g->hb = MPI_COMM_NULL;
     g->stop.store(0);
     if (g->timeout <= 0) { return; }
+    struct sigaction cont = {};   // the watchdog's witness that this process was stopped (llmc/watchdog.h)
+    cont.sa_handler = watch_on_sigcont;
+    cont.sa_flags = SA_RESTART;
+    sigaction(SIGCONT, &cont, NULL);
 #ifdef USE_MPI
     if (g->world_size > 1) {
         MPI_Comm_dup(MPI_COMM_WORLD, &g->hb);   // the heartbeats never meet the run's messages

@@ -12,9 +12,11 @@
 #     job with a non-zero exit within 60 s, no trainer process left;
 #   - a rank that hangs (--fault hang:RANK:STEP, between steps; --fault stall:RANK:STEP, inside a
 #     step: dp 2, dp 4 with ZeRO-1, tp 2) with --comm-timeout 5 ends the job within 60 s
-#     on 2 and 4 ranks, the line naming the hung rank; a rank frozen whole (SIGSTOP: its
-#     heartbeats stop too) is named as well; a run with --comm-timeout and no fault is the run
-#     without it (same --log bytes);
+#     on 2 and 4 ranks with one line, from one rank, naming the hung rank; a rank frozen whole
+#     (SIGSTOP: its heartbeats stop too) is named as well, on 2 ranks and on 4 with ZeRO-3, where
+#     the whole output holds one verdict (from rank 0): not a word from the stopped rank when
+#     mpirun continues it to end it, nor from the others; a run with --comm-timeout and no fault
+#     is the run without it (same --log bytes);
 #   - a save into a full disk (ulimit -f: the file-size limit) fails with "writing '...' failed:
 #     File too large", leaves no .tmp and no file, and keeps a previous file as it was.
 # TRAINER=PATH/train_gpt2cpu runs another build of the trainer (a perturbed one, to see the test fail).
@@ -146,7 +148,7 @@ ended "--fault kill:2:3 on 4 ranks" $? $((SECONDS - t0)) fkill.log "$T/fkill.out
 
 # ---- a rank that hangs, --comm-timeout 5: the job ends, naming the rank
 # stuck_check FAULT NP RANK STEP WANT FLAGS...: rank RANK of NP gets --fault FAULT:RANK:STEP and
-# --comm-timeout 5; the job must end within 60 s with every error line naming rank RANK as WANT says
+# --comm-timeout 5; the job must end within 60 s with one error line (one rank speaks), naming rank RANK as WANT says
 stuck_check() {
     local fault=$1 np=$2 r=$3 s=$4 want=$5 t0=$SECONDS rc named all name
     shift 5
@@ -156,11 +158,11 @@ stuck_check() {
     named=$(errors "$T/$name.out" | grep -c "no progress for [0-9]* s (--comm-timeout 5): rank $r stopped answering ($want")
     all=$(errors "$T/$name.out" | wc -l)
     if ended "rank $r of $np: --fault $fault at step $s${*:+ ($*)}, --comm-timeout 5" $rc $((SECONDS - t0)) "$name.log" "$T/$name.out" >"$T/$name.ended" &&
-       [ "$named" -ge 1 ] && [ "$named" -eq "$all" ]; then
-        pass "$(sed 's/^PASS //' "$T/$name.ended"); $named rank(s) said: $(errors "$T/$name.out" | head -1 | cut -c1-190)"
+       [ "$named" -eq 1 ] && [ "$all" -eq 1 ]; then
+        pass "$(sed 's/^PASS //' "$T/$name.ended"); one verdict: $(errors "$T/$name.out" | head -1 | cut -c1-190)"
     else
         grep -v '^PASS' "$T/$name.ended"
-        fail "rank $r of $np, --fault $fault ($*): $named of $all error lines name rank $r" "$(errors "$T/$name.out" | head -2)"
+        fail "rank $r of $np, --fault $fault ($*): $named of $all error lines name rank $r (want 1 of 1)" "$(errors "$T/$name.out" | head -2)"
     fi
 }
 # a rank that hangs between steps: the others are a step further on
@@ -184,7 +186,7 @@ if [ -n "$victim" ]; then
     wait $job
     rc=$?
     if ended "rank 1 of 2 frozen (SIGSTOP), --comm-timeout 5" $rc $((SECONDS - t0)) stop.log "$T/stop.out" >"$T/stop.ended" &&
-       errors "$T/stop.out" | grep -q "rank 1 stopped answering (no heartbeat for [0-9]* s: the process is frozen or gone"; then
+       [ "$(errors "$T/stop.out" | wc -l)" -eq 1 ] && errors "$T/stop.out" | grep -q "rank 1 stopped answering (no heartbeat for [0-9]* s: the process is frozen or gone"; then
         pass "$(sed 's/^PASS //' "$T/stop.ended"): $(errors "$T/stop.out" | head -1 | cut -c1-150)"
     else
         grep -v '^PASS' "$T/stop.ended"
@@ -194,6 +196,35 @@ if [ -n "$victim" ]; then
 else
     kill $job 2>/dev/null; wait $job
     fail "SIGSTOP test: no rank 1 process found" "$(tail -3 "$T/stop.out")"
+fi
+
+# 4 ranks with ZeRO-3, rank 2 frozen whole (SIGSTOP): the job ends with one verdict, printed once,
+# by rank 0 (the lowest rank it does not name), naming rank 2. The test never continues rank 2;
+# mpirun does, just before its SIGTERM: rank 2, which knows it was stopped, accuses no one, and
+# ranks 1 and 3, which reach the same verdict as rank 0, leave it to rank 0. --comm-timeout 3: the
+# others call a rank frozen after 3 s without heartbeats (llmc/watchdog.h).
+$MPI -np 4 $TRAIN --steps 100000 --zero 3 --comm-timeout 3 --log "$T/stop4.log" >"$T/stop4.out" 2>&1 &
+job=$!
+victim=$(rank_pid stop4 2)
+if [ -n "$victim" ]; then
+    sleep 1
+    t0=$SECONDS
+    kill -STOP "$victim"
+    wait $job
+    rc=$?
+    verdicts=$(grep -c "stopped answering\|cannot be told" "$T/stop4.out")
+    if ended "rank 2 of 4 frozen (SIGSTOP), --zero 3 --comm-timeout 3" $rc $((SECONDS - t0)) stop4.log "$T/stop4.out" >"$T/stop4.ended" &&
+       [ "$(errors "$T/stop4.out" | wc -l)" -eq 1 ] && [ "$verdicts" -eq 1 ] && errors "$T/stop4.out" |
+       grep -q "^error: \[rank 0\] no progress for [0-9]* s (--comm-timeout 3): rank 2 stopped answering (no heartbeat for [0-9]* s: the process is frozen or gone"; then
+        pass "$(sed 's/^PASS //' "$T/stop4.ended"); one verdict: $(errors "$T/stop4.out" | cut -c1-150)"
+    else
+        grep -v '^PASS' "$T/stop4.ended"
+        fail "rank 2 of 4 frozen: want one line, from rank 0, naming rank 2; $verdicts verdict line(s)" "$(grep -v stdout "$T/stop4.out" | grep -v -- '---' | head -6)"
+    fi
+    kill -9 "$victim" 2>/dev/null
+else
+    kill $job 2>/dev/null; wait $job
+    fail "SIGSTOP test, 4 ranks: no rank 2 process found" "$(tail -3 "$T/stop4.out")"
 fi
 
 # --comm-timeout changes nothing when nothing hangs
