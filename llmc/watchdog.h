@@ -1,6 +1,6 @@
 // What a rank's --comm-timeout watchdog (llmc/guard.h) knows besides the marks: when it last heard
 // each other rank, whether this rank was itself stopped, and which rank prints the verdict.
-// Three rules make a job end with one verdict, printed once (issue 38):
+// Three rules make a job end with one verdict, printed once:
 //   1. A rank that was not running knows it: it got SIGCONT (which continues a stopped process),
 //      or its watchdog, which looks every 0.05 s, finds that far more time went by since its last
 //      look (late_after, about as long as the others wait before they call a rank frozen). It heard
