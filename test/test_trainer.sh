@@ -96,7 +96,7 @@ EOF
 LOAD="./train_gpt2cpu $D --batch 4 --seq 16 --steps 1 --eval-every 0 --accuracy 0 --sample-every 0"
 expect_error "checkpoint with wrong magic" "ck_magic.bin' is not a model checkpoint: magic 5, expected 20240326" $LOAD --load "$T/ck_magic.bin"
 expect_error "checkpoint with wrong version" "ck_version.bin': checkpoint version 4, expected 3 (fp32), 5 (bf16) or 10 (mixture of experts, fp32)" $LOAD --load "$T/ck_version.bin"
-expect_error "truncated checkpoint" "ck_trunc.bin' has .* bytes, expected .*: truncated" $LOAD --load "$T/ck_trunc.bin"
+expect_error "truncated checkpoint" "ck_trunc.bin': header says .*, which need .* bytes, but the file has .* (truncated)" $LOAD --load "$T/ck_trunc.bin"
 expect_error "--load with a shape flag" "\-\-load takes the model's shape from the checkpoint" $LOAD --load "$T/a.bin" --layers 3
 expect_error "missing checkpoint" "cannot open '$T/missing.bin'" $LOAD --load "$T/missing.bin"
 if $LOAD --load "$T/ck_bf16.bin" >"$T/run_bf16.log" 2>&1 && grep -q "^step    1/1" "$T/run_bf16.log"; then
