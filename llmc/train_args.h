@@ -303,7 +303,7 @@ static inline void train_args_check(TrainArgs* a) {
     // Upper bounds: beyond them a count overflows, a table or a pool of threads cannot be built, or
     // a wait never ends. (A shape the memory cannot hold is refused where the model is built,
     // before it is allocated: llmc/gpt2.h, gpt2_check_fits; the model's own limits are there too.)
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    static const long cores = sysconf(_SC_NPROCESSORS_ONLN);   // once: the planner runs these checks per candidate
     struct { const char* name; double value, most; const char* why; } most[] = {
         {"threads", (double)a->threads, (double)std::max(256L, cores), "more threads than cores only wait for each other"},
         {"vocab", (double)a->vocab, 65536, "token ids are 16-bit in the shards"},

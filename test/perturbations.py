@@ -95,6 +95,8 @@ PERTURBATIONS = [
     ("a checkpoint header not checked against its file", "llmc/checkpoint.h", "expr", "size != need", "0"),
     ("flags that do nothing accepted", "llmc/train_args.h", "expr", "args_given(r.flag) && !r.used", "0"),
     ("a links line of any length", "llmc/parallel/planner.h", "expr", "words.size() != 3", "words.size() < 3"),
+    ("a state's numbers read with a sign", "llmc/task.h", "expr", 'strspn(s.c_str(), "0123456789") != s.size()', "0"),
+    ("a state's numbers cut to an int", "llmc/task.h", "expr", "v > 2147483647ULL", "0"),
     # test/test_planner.sh
     ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_zero.h", "stmt",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",

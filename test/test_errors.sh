@@ -170,6 +170,8 @@ PERTURBED = [
     ("a checkpoint header not checked against its file", "a header claiming 100 layers of a 2-layer file"),
     ("flags that do nothing accepted", "top-k without experts"),
     ("a links line of any length", "a line with a fourth field"),
+    ("a state's numbers read with a sign", "a negative step, its checksums made to match"),
+    ("a state's numbers cut to an int", "a world of 2^32 + 2 ranks, its checksums made to match"),
 ]
 PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
