@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
     plan_init(&plan, &argc, &argv, &args);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
     Guard guard;
     guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/guard.h)
-    guard_check_outputs(&args, plan.rank);   // every output path writable, before any work
-    outputs_check_distinct(&args);   // and none the same file as an input or another output (llmc/outputs.h)
+    outputs_check_writable(&args, plan.rank);   // every output path writable, before any work (llmc/outputs.h)
+    outputs_check_distinct(&args);              // and none the same file as an input or another output
 
     // ---- the model, the batch, the task
     GPT2 model;

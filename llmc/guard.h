@@ -4,9 +4,7 @@
 //                        fails with EFBIG and is reported, instead of killing the process
 //                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
 //                        --fault read, and with --comm-timeout the watchdog started
-//   guard_check_outputs  every output path (--save, --log, --trace, --metrics, --ps-log, --plan-check,
-//                        --save-state) checked before any work: one error before step 1, nothing
-//                        written (llmc/outputs.h then: no output the same file as an input)
+//   (the output paths, checked before any work, are llmc/outputs.h's)
 //   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
 //                        model, the faults the tests inject (nan, hang, kill), and the
 //                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK
@@ -41,7 +39,6 @@
 #pragma once
 
 #include <signal.h>
-#include <dirent.h>
 #include <math.h>
 #include <algorithm>
 #include <array>
@@ -435,87 +432,6 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     }
 #endif
     g->thread = std::thread(guard_watchdog, g);
-}
-
-// ---------------------------------------------------------------------------------------
-// Output paths, checked before any work
-
-// One output: a file (written as "<path>.tmp", then renamed), or a directory (--save-state).
-static inline void guard_check_output(const char* flag, const char* path, int is_dir) {
-    struct stat st;
-    std::string p(path);
-    if (p.empty()) { die("--%s: the path is empty", flag); }
-    if (!is_dir && p.back() == '/') { die("--%s '%s' ends in '/': it takes a file name", flag, path); }
-    int exists = stat(path, &st) == 0;
-    if (exists && is_dir && !S_ISDIR(st.st_mode)) {
-        die("--%s '%s' exists and is not a directory (the training state is a directory)", flag, path);
-    }
-    if (exists && !is_dir && S_ISDIR(st.st_mode)) { die("--%s '%s' is a directory; it takes a file name", flag, path); }
-    if (exists && !is_dir && !S_ISREG(st.st_mode)) {
-        die("--%s '%s' is not a regular file (the write ends by renaming '%s.tmp' over it)", flag, path, path);
-    }
-    if (!is_dir) {
-        std::string tmp = p + ".tmp";
-        if (stat(tmp.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-            die("--%s '%s': its temporary file '%s' is a directory", flag, path, tmp.c_str());
-        }
-    }
-    // the directory the file (or the state directory) goes into
-    std::string dir;
-    if (is_dir && exists) {
-        dir = p;
-    } else {
-        while (p.size() > 1 && p.back() == '/') { p.pop_back(); }
-        size_t slash = p.rfind('/');
-        dir = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
-    }
-    if (stat(dir.c_str(), &st) != 0) { die("--%s '%s': the directory '%s' does not exist", flag, path, dir.c_str()); }
-    if (!S_ISDIR(st.st_mode)) { die("--%s '%s': '%s' is not a directory", flag, path, dir.c_str()); }
-    if (access(dir.c_str(), W_OK | X_OK) != 0) {
-        die("--%s '%s': cannot write into '%s': %s", flag, path, dir.c_str(), strerror(errno));
-    }
-}
-
-// --save-state DIR that exists: what a save writes or removes there must be of the kind it expects,
-// or the save would fail only after the steps before it ran. step-K and step-K.tmp are directories
-// (a save removes a stale step-K.tmp directory, never a file of that name: refusing one here is
-// clearer than deleting what someone put there), latest is a regular file, latest.tmp no directory.
-// (lstat: a symbolic link is none of these, and a save never follows one out of DIR.)
-static inline void guard_check_state_dir(const char* path) {
-    DIR* d = opendir(path);
-    if (!d) { return; }
-    std::string bad, want;
-    while (struct dirent* e = readdir(d)) {
-        std::string n = e->d_name, full = std::string(path) + "/" + n;
-        struct stat st;
-        if (lstat(full.c_str(), &st) != 0) { continue; }
-        if (n.compare(0, 5, "step-") == 0 && !S_ISDIR(st.st_mode)) { want = "a directory (a save writes step-K and step-K.tmp directories)"; }
-        else if (n == "latest" && !S_ISREG(st.st_mode)) { want = "a regular file (the name of the newest state)"; }
-        else if (n == "latest.tmp" && S_ISDIR(st.st_mode)) { want = "a regular file (latest is written there first)"; }
-        else { continue; }
-        bad = full;
-        break;
-    }
-    closedir(d);
-    if (!bad.empty()) { die("--save-state '%s': '%s' is not %s", path, bad.c_str(), want.c_str()); }
-}
-
-// Rank 0 writes the files (--save, --log, --trace, --metrics) and checks them; every rank writes
-// its shard of the training state and checks --save-state. An error on one rank makes mpirun end
-// the others.
-static inline void guard_check_outputs(const TrainArgs* a, int rank) {
-    if (rank == 0) {
-        struct { const char* flag; const char* path; } files[] = {
-            {"save", a->save}, {"log", a->log}, {"trace", a->trace}, {"metrics", a->metrics}, {"ps-log", a->ps_log},
-            {"plan-check", a->plan_check}};
-        for (auto& f : files) {
-            if (f.path) { guard_check_output(f.flag, f.path, 0); }
-        }
-    }
-    if (a->save_state) {
-        guard_check_output("save-state", a->save_state, 1);
-        guard_check_state_dir(a->save_state);
-    }
 }
 
 // ---------------------------------------------------------------------------------------

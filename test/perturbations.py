@@ -84,7 +84,7 @@ PERTURBATIONS = [
     ("the log not checked against the step", "llmc/train_state.h", "stmt",
      'state_check_log(mf.log, mf.step, mf.step_dir + "/log");', ""),
     ("control characters kept in error messages", "llmc/common.h", "expr", "escape_controls(raw)", "std::string(raw)"),
-    ("the state directory not checked before the run", "llmc/guard.h", "stmt", "guard_check_state_dir(a->save_state);", ""),
+    ("the state directory not checked before the run", "llmc/outputs.h", "stmt", "outputs_check_state_dir(a->save_state);", ""),
     # test/test_errors.sh: the other bad-input checks switched off
     ("inputs not checked to be regular files", "llmc/common.h", "stmt", "check_regular_file_or_die(path);", "",
      "if (mode[0] == 'r') { check_regular_file_or_die(path); }"),
