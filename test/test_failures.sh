@@ -175,17 +175,33 @@ stuck_check stall 2 1 3 "last seen in step 3 at the backward's start (micro-batc
 stuck_check stall 4 2 3 "last seen in step 3 at the backward's start (micro-batch 1); the others went on to " --zero 1
 stuck_check stall 2 0 2 "last seen in step 2 at the backward's start (micro-batch 1); the others went on to " --tp 2
 
-# a rank frozen whole (SIGSTOP): its heartbeats stop as well
-$MPI -np 2 $TRAIN --steps 100000 --comm-timeout 5 --log "$T/stop.log" >"$T/stop.out" 2>&1 &
-job=$!
-victim=$(rank_pid stop 1)
-if [ -n "$victim" ]; then
-    sleep 1   # a few heartbeats from the running rank first
+# freeze NAME NP RANK ARGS...: the trainer on NP ranks with ARGS (--log $T/NAME.log, output
+# $T/NAME.out); once it has printed a step and a second of heartbeats has gone by, its rank RANK
+# is stopped whole with SIGSTOP (never continued by the test) and the job waited for. Sets rc, the
+# job's exit status, secs, the seconds from the stop to its end, and victim, the stopped process
+# (the caller kills it after its checks); returns 1 after a FAIL line when that rank was not found.
+freeze() {
+    local name=$1 np=$2 rank=$3 job t0
+    shift 3
+    $MPI -np "$np" $TRAIN "$@" --log "$T/$name.log" >"$T/$name.out" 2>&1 &
+    job=$!
+    victim=$(rank_pid "$name" "$rank")
+    if [ -z "$victim" ]; then
+        kill $job 2>/dev/null; wait $job
+        fail "SIGSTOP test, $np ranks: no rank $rank process found" "$(tail -3 "$T/$name.out")"
+        return 1
+    fi
+    sleep 1   # a few heartbeats from the running ranks first
     t0=$SECONDS
     kill -STOP "$victim"
     wait $job
     rc=$?
-    if ended "rank 1 of 2 frozen (SIGSTOP), --comm-timeout 5" $rc $((SECONDS - t0)) stop.log "$T/stop.out" >"$T/stop.ended" &&
+    secs=$((SECONDS - t0))
+}
+
+# a rank frozen whole (SIGSTOP): its heartbeats stop as well
+if freeze stop 2 1 --steps 100000 --comm-timeout 5; then
+    if ended "rank 1 of 2 frozen (SIGSTOP), --comm-timeout 5" $rc $secs stop.log "$T/stop.out" >"$T/stop.ended" &&
        [ "$(errors "$T/stop.out" | wc -l)" -eq 1 ] && errors "$T/stop.out" | grep -q "rank 1 stopped answering (no heartbeat for [0-9]* s: the process is frozen or gone"; then
         pass "$(sed 's/^PASS //' "$T/stop.ended"): $(errors "$T/stop.out" | head -1 | cut -c1-150)"
     else
@@ -193,9 +209,6 @@ if [ -n "$victim" ]; then
         fail "rank 1 frozen: not named" "$(grep -v stdout "$T/stop.out" | head -3)"
     fi
     kill -9 "$victim" 2>/dev/null
-else
-    kill $job 2>/dev/null; wait $job
-    fail "SIGSTOP test: no rank 1 process found" "$(tail -3 "$T/stop.out")"
 fi
 
 # 4 ranks with ZeRO-3, rank 2 frozen whole (SIGSTOP): the job ends with one verdict, printed once,
@@ -203,17 +216,9 @@ fi
 # mpirun does, just before its SIGTERM: rank 2, which knows it was stopped, accuses no one, and
 # ranks 1 and 3, which reach the same verdict as rank 0, leave it to rank 0. --comm-timeout 3: the
 # others call a rank frozen after 3 s without heartbeats (llmc/watchdog.h).
-$MPI -np 4 $TRAIN --steps 100000 --zero 3 --comm-timeout 3 --log "$T/stop4.log" >"$T/stop4.out" 2>&1 &
-job=$!
-victim=$(rank_pid stop4 2)
-if [ -n "$victim" ]; then
-    sleep 1
-    t0=$SECONDS
-    kill -STOP "$victim"
-    wait $job
-    rc=$?
+if freeze stop4 4 2 --steps 100000 --zero 3 --comm-timeout 3; then
     verdicts=$(grep -c "stopped answering\|cannot be told" "$T/stop4.out")
-    if ended "rank 2 of 4 frozen (SIGSTOP), --zero 3 --comm-timeout 3" $rc $((SECONDS - t0)) stop4.log "$T/stop4.out" >"$T/stop4.ended" &&
+    if ended "rank 2 of 4 frozen (SIGSTOP), --zero 3 --comm-timeout 3" $rc $secs stop4.log "$T/stop4.out" >"$T/stop4.ended" &&
        [ "$(errors "$T/stop4.out" | wc -l)" -eq 1 ] && [ "$verdicts" -eq 1 ] && errors "$T/stop4.out" |
        grep -q "^error: \[rank 0\] no progress for [0-9]* s (--comm-timeout 3): rank 2 stopped answering (no heartbeat for [0-9]* s: the process is frozen or gone"; then
         pass "$(sed 's/^PASS //' "$T/stop4.ended"); one verdict: $(errors "$T/stop4.out" | cut -c1-150)"
@@ -222,9 +227,6 @@ if [ -n "$victim" ]; then
         fail "rank 2 of 4 frozen: want one line, from rank 0, naming rank 2; $verdicts verdict line(s)" "$(grep -v stdout "$T/stop4.out" | grep -v -- '---' | head -6)"
     fi
     kill -9 "$victim" 2>/dev/null
-else
-    kill $job 2>/dev/null; wait $job
-    fail "SIGSTOP test, 4 ranks: no rank 2 process found" "$(tail -3 "$T/stop4.out")"
 fi
 
 # --comm-timeout changes nothing when nothing hangs
