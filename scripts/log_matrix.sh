@@ -7,9 +7,10 @@
 #   diff -r /tmp/before /tmp/after && echo identical
 # BIN_DIR holds train_gpt2cpu (MPI build) and, optionally, train_gpt2cu and train_gpt2cu_fp32
 # from the emulator (build/emu/); the emulated jobs run only where those exist.
-# The matrix (what the parallel-seams refactor was checked with): the default job, 50 steps; every data-parallel mode on 3
-# ranks, 20 steps, with 2 micro-steps and several buckets; SFT and RLVR, 20 steps, on one rank
-# and on 3; the emulated CUDA trainer (bf16 and fp32) on a small model, one rank and 3 ranks.
+# The matrix: the default job, 50 steps; every data-parallel mode on 3 ranks, 20 steps, with 2
+# micro-steps and several buckets; SFT and RLVR, 20 steps, on one rank and on 3; tp (+sp), every
+# pipeline schedule, every context-parallel attention, experts and meshes of 3 axes, 6 steps
+# each; the emulated CUDA trainer (bf16 and fp32) on a small model, one rank and 3 ranks.
 set -u
 BIN=$(cd "${1:?usage: log_matrix.sh BIN_DIR OUT_DIR}" && pwd)
 OUT=${2:?usage: log_matrix.sh BIN_DIR OUT_DIR}
@@ -48,6 +49,19 @@ run sft_dp3_zero2 3 train_gpt2cpu --task sft --steps 20 --batch 24 --grad-accum 
 RL="--task rlvr --steps 20 --batch 24 --group 4 --max-new 6 --kl 0.05 $Q"
 run rlvr 1 train_gpt2cpu $RL --metrics "$OUT/rlvr.csv"
 run rlvr_dp3_zero3 3 train_gpt2cpu $RL --zero 3 --grad-accum 2 --metrics "$OUT/rlvr_dp3.csv"
+# the other strategies, each a few steps on the tiny model: tp (with sp, and off-grid), every
+# pipeline schedule, every context-parallel attention and split, experts, and meshes of 3 and 4 axes
+MX="--steps 6 --batch 16 --grad-accum 4 $Q"
+run tp2_sp 2 train_gpt2cpu $MX --tp 2 --sp
+run tp3 3 train_gpt2cpu $MX --tp 3
+for s in gpipe 1f1b interleaved zb-h1; do run pp2_$s 2 train_gpt2cpu $MX --pp 2 --pp-schedule $s; done
+run pp3_split 3 train_gpt2cpu $MX --pp 3 --pp-split 1,1,2
+for a in ring allgather alltoall; do run cp2_$a 2 train_gpt2cpu $MX --cp 2 --cp-algo $a; done
+run cp2_ring_plain 2 train_gpt2cpu $MX --cp 2 --cp-split plain
+run ep2_moe 2 train_gpt2cpu $MX --moe-experts 4 --moe-every 1 --moe-topk 2 --ep 2
+run mesh_dp2_pp2_tp2 8 train_gpt2cpu $MX --tp 2 --pp 2 --zero 1
+run mesh_cp2_tp2_zero3 4 train_gpt2cpu $MX --cp 2 --tp 2 --zero 3
+run mesh_pp2_ep2_moe 4 train_gpt2cpu $MX --pp 2 --moe-experts 4 --moe-every 1 --ep 2
 if [ -x "$BIN/train_gpt2cu" ]; then
     SMALL="--layers 2 --heads 2 --channels 32 --max-seq 32 --seq 16 --eval-every 3 --sample-every 0 --accuracy 4 --threads 1"
     for p in train_gpt2cu train_gpt2cu_fp32; do
