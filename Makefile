@@ -21,7 +21,7 @@ PYTHON ?= python3
 CPU_OPT ?= -O3 -march=native
 CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
-HEADERS = $(wildcard llmc/*.h llmc/cpu/*.h llmc/parallel/*.h llmc/comm/*.h llmc/tasks/*.h)
+HEADERS = $(wildcard llmc/*.h llmc/*/*.h test/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 
 # --- prerequisites, each found or reported once. The compiler is not checked for the goals
@@ -98,7 +98,7 @@ test_gpt2cpu: test/test_gpt2.cu $(HEADERS) build/config/test_gpt2cpu.flags
 test_kernelscpu: test/test_kernels.cu $(HEADERS) build/config/test_kernelscpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 
-# the number formats (llmc/precision.h) and the CPU's reduced-precision storage, exactly; run by
+# the number formats (llmc/model/precision.h) and the CPU's reduced-precision storage, exactly; run by
 # test/test_precision.sh, which also builds perturbed copies
 test_precisioncpu: test/test_precision.cu $(HEADERS) build/config/test_precisioncpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
@@ -110,11 +110,11 @@ test_compresscpu: test/test_compress.cu $(HEADERS) build/config/test_compresscpu
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 build/config/test_compresscpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
-# generation with a KV cache (llmc/generate.h) against the full forward
+# generation with a KV cache (llmc/model/generate.h) against the full forward
 test_generatecpu: test/test_generate.cu $(HEADERS) build/config/test_generatecpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 
-# the SFT data loader (llmc/sft.h), run by test/test_sft.sh
+# the SFT data loader (llmc/data/sft_shards.h), run by test/test_sft.sh
 test_sftcpu: test/test_sft.cu $(HEADERS) build/config/test_sftcpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 

@@ -19,7 +19,7 @@
 // With --schedule all a schedule that does not exist for these p, m, v is named and skipped;
 // with one schedule it is an error (exit 1), as is a bad flag.
 #include "llmc/common.h"
-#include "llmc/args.h"
+#include "llmc/train/flag_parser.h"
 #include "llmc/parallel/pp_schedule.h"
 
 static void show(int kind, int p, int m, int v, PPCosts c, int lists) {

@@ -3,38 +3,38 @@
 //   nvcc                   -> train_gpt2cu   (CUDA kernels, bf16 mixed precision)
 // The same main runs one rank or many (mpirun), with or without MPI in the build: everything
 // about the ranks is in the plan (llmc/parallel/plan.h), everything about the data and the loss
-// in the task (llmc/task.h, llmc/tasks/). One optimizer step (doc/architecture.md):
+// in the task (llmc/tasks/task.h, llmc/tasks/). One optimizer step (doc/architecture.md):
 //   task.begin_step   this step's micro-batches (and the loss scale dloss)
 //   plan_zero_grad    gradients to zero (wherever the placement keeps them)
-//   plan.step.run     forward, loss, backward of each micro-batch (llmc/step.h; the ops and
+//   plan.step.run     forward, loss, backward of each micro-batch (llmc/train/step.h; the ops and
 //                     placement hooks run inside the passes)
 //   plan_update       clip and AdamW on what this rank owns; parameters back in sync
 // Evaluation, samples and checkpoints happen before a step (and once after the last one).
 #include "llmc/common.h"
-#include "llmc/train_args.h"
-#include "llmc/gpt2.h"
-#include "llmc/schedule.h"
-#include "llmc/sampler.h"
-#include "llmc/log.h"
-#include "llmc/trace.h"
-#include "llmc/step.h"
+#include "llmc/train/train_args.h"
+#include "llmc/model/gpt2.h"
+#include "llmc/train/lr_schedule.h"
+#include "llmc/model/sampler.h"
+#include "llmc/train/log.h"
+#include "llmc/train/trace.h"
+#include "llmc/train/step.h"
 #include "llmc/parallel/plan.h"
-#include "llmc/guard.h"
-#include "llmc/outputs.h"
+#include "llmc/train/guard.h"
+#include "llmc/train/outputs.h"
 #include "llmc/tasks/tasks.h"
-#include "llmc/train_state.h"
-#include "llmc/loss_scale.h"
+#include "llmc/train/train_state.h"
+#include "llmc/train/loss_scale.h"
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
     TrainArgs args;
     parse_train_args(argc, argv, &args);
-    if (args.plan) { return planner_main(&args); }   // --plan: predictions only, no step (llmc/parallel/planner.h)
+    if (args.plan) { return planner_main(&args); }   // --plan: predictions only, no step (llmc/planner/search.h)
     Plan plan;
     plan_init(&plan, &argc, &argv, &args);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
     Guard guard;
-    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/guard.h)
-    outputs_check_writable(&args, plan.rank);   // every output path writable, before any work (llmc/outputs.h)
+    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/train/guard.h)
+    outputs_check_writable(&args, plan.rank);   // every output path writable, before any work (llmc/train/outputs.h)
     outputs_check_distinct(&args);              // and none the same file as an input or another output
 
     // ---- the model, the batch, the task
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
            cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model.num_parameters_full);
     if (model.num_parameters != model.num_parameters_full) { printf(", %zu in this rank's shard", model.num_parameters); }
     printf("\n");
-    if (gpt2_run_vocab(&model) != cfg->padded_vocab_size) {   // tp does not divide Vp: the shards pad further (llmc/params.h)
+    if (gpt2_run_vocab(&model) != cfg->padded_vocab_size) {   // tp does not divide Vp: the shards pad further (llmc/model/params.h)
         int Vr = gpt2_run_vocab(&model), Vp = cfg->padded_vocab_size;
         printf("vocabulary   %d tokens padded to %d rows (%d x %d) so that --tp %d divides them: the %d rows past %d are "
                "zero and outside the loss; checkpoints and states keep %d\n", cfg->vocab_size, Vr, model.place.tp,
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     // ---- training
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed + 1);
-    LossScaler scaler;   // --loss-scale: the loss times S, the gradients divided by S in the update (llmc/loss_scale.h)
+    LossScaler scaler;   // --loss-scale: the loss times S, the gradients divided by S in the update (llmc/train/loss_scale.h)
     loss_scale_init(&scaler, args.loss_scale, args.loss_scale_init, args.loss_scale_window);
     TrainState state;
     train_state_init(&state, &plan, &task, &args, &sample_rng, &scaler);   // --resume: step, optimizer, data, RNG, S, log

@@ -1,4 +1,4 @@
-// Picks the kernel backend. The same host code (llmc/gpt2.h, train_gpt2.cu) calls the same
+// Picks the kernel backend. The same host code (llmc/model/gpt2.h, train_gpt2.cu) calls the same
 // function names with the same signatures; only the implementation differs:
 //   -DLLMC_CPU : llmc/cpu/*.h   fp32 reference kernels, OpenMP, runs everywhere
 //   otherwise  : llmc/cuda/*.cuh  bf16 mixed precision on the GPU (doc/cuda-backend.md)
@@ -14,14 +14,14 @@
 #include "cpu/matmul.h"
 #include "cpu/attention.h"
 #include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
-#include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/moe.h)
+#include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/model/moe.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"
 #include "cpu/classifier.h"
 #include "cpu/global_norm.h"
 #include "cpu/adamw.h"
 #include "cpu/quantize.h"       // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
-#include "cpu/fp8.h"                // FP8 simulated: absmax, fake quantisation (llmc/fp8.h)
+#include "cpu/fp8.h"                // FP8 simulated: absmax, fake quantisation (llmc/model/fp8.h)
 
 // Backend services the driver calls; on the CPU there is nothing to set up or wait for.
 static inline void backend_init(int local_rank) { (void)local_rank; }
@@ -55,7 +55,7 @@ static inline void backend_precision_report() {
 }
 #else
 #include "cuda/backend.cuh"   // the same names, on the GPU (llmc/cuda/)
-#include "precision.h"
+#include "model/precision.h"
 // --precision on CUDA: the build's floatX (bf16, or fp32 with make PRECISION=FP32); FP16 is
 // studied on the CPU backend, which rounds to it (doc/precision.md)
 static inline int backend_precision() { return FLOATX_IS_BF16 ? PREC_BF16 : PREC_FP32; }

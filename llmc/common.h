@@ -63,7 +63,7 @@ static inline void tmp_file_remove_all() {
     l->paths.clear();
 }
 // A signal that ends the process (mpirun's SIGTERM to the other ranks when one fails, a closed
-// stdout pipe, Ctrl-C; llmc/guard.h installs it): the temporary files go too, then the signal
+// stdout pipe, Ctrl-C; llmc/train/guard.h installs it): the temporary files go too, then the signal
 // does what it would have done. (No lock in a signal handler: the list is only read, and unlink
 // is safe there.)
 static inline void tmp_file_signal_handler(int sig) {
@@ -75,7 +75,7 @@ static inline void tmp_file_signal_handler(int sig) {
 // Remove the temporary files, print "error: <message>" (one whole line whatever the message
 // quotes, written with one write(2) so that ranks dying at once, or mpirun --tag-output, never cut it into pieces) and
 // exit(1). The one way this project reports a fatal error.
-// ---- checking without dying: the planner (llmc/parallel/planner.h) asks every check of the
+// ---- checking without dying: the planner (llmc/planner/search.h) asks every check of the
 // trainer whether a mesh it has never run would pass. Inside die_trap_run, die() throws the
 // message instead of ending the process, and the planner prints it as the candidate's reason.
 struct DieTrapped { std::string message; };

@@ -8,7 +8,7 @@
 #                                scripts/lab_ps_async.sh, scripts/lab_ps_compress.sh)
 # Part "sched" (this file): the default model (6 layers, C 128) on NP ranks, one server; the plain
 # parameter server, then its push/pull in 16 KiB layer-wise chunks first come first served and by
-# priority (llmc/parallel/dp_sched.h): how many pull chunks the forward of block 0 waited for
+# priority (llmc/parallel/dp_priority.h): how many pull chunks the forward of block 0 waited for
 # (counted: the same on every run), the time from the update to the next forward of block 0,
 # when the last parameter chunk arrived, the step time (measured: they depend on the machine and
 # its load, so test/test_ps_sched.sh checks the counts and this lab the times); and a trace per

@@ -3,7 +3,7 @@
 
 usage: python3 scripts/state_to_model.py DIR OUT.bin
 
-Reads DIR/latest, the manifest it names, and every rank file (llmc/train_state.h describes the
+Reads DIR/latest, the manifest it names, and every rank file (llmc/train/train_state.h describes the
 format): each element of a rank file carries its index in the full model, so the mesh that
 wrote the state does not matter. The manifest's last line (the CRC-32 of the lines before it) is
 checked, each rank file's size and CRC-32 against the manifest, and every parameter must be

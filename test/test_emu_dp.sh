@@ -120,7 +120,7 @@ same "np 2, naive: ring = native MPI" 1 2
 same "np 2, ddp: 1 bucket ring = 3 buckets native MPI" 3 4
 same "np 3: ZeRO-1 = ZeRO-2 = ZeRO-3" 7 8 9
 same "np 3: ZeRO-3 = ZeRO-3 + hpZ 3 = ZeRO-3 + hpZ 1 (llmc/parallel/dp_zeropp.h)" 9 12 13
-same "np 4: parameter server = its layer-wise chunks by priority (llmc/parallel/dp_sched.h)" 11 14
+same "np 4: parameter server = its layer-wise chunks by priority (llmc/parallel/dp_priority.h)" 11 14
 
 # ZeRO++ with every option (doc/memory.md, ZeRO++): the GPU kernels of llmc/cuda/quantize.cuh and the
 # events that order them before the collectives. Per step, each collective's counted bytes =

@@ -6,11 +6,11 @@
 #       trainer within 1e-4;
 #   (b) determinism: two emulated runs write byte-identical --log files (loss, norm, lr at full
 #       precision; no times) and byte-identical checkpoints;
-#   (b') --recompute full (llmc/gpt2.h) writes the same --log bytes as the run without, and its
+#   (b') --recompute full (llmc/model/gpt2.h) writes the same --log bytes as the run without, and its
 #       activation bytes equal the formula;
 #   (c) save/resume: a 5-step checkpoint reloads bit-exactly (load, one step at lr 0, save:
 #       identical bytes), a run resumed from it twice gives identical bits (the optimizer state's
-#       save/resume of llmc/state.h, test_gpt2cu's determinism check, runs in the gpu-bundle
+#       save/resume of test/optimizer_state.h, test_gpt2cu's determinism check, runs in the gpu-bundle
 #       suite's reference rows); the trainer's training state
 #       (--save-state, --exit-after 5, --resume; one rank and ZeRO-1 on 2) gives the same --log
 #       bytes as the uninterrupted run, and the bf16 state continues on train_gpt2cpu within (a)'s
@@ -76,7 +76,7 @@ else
     fail "determinism (emulated bf16)" "the step logs or the checkpoints of two identical runs differ"
 fi
 
-# --- (b') activation recomputation (llmc/gpt2.h): the bf16 kernels rerun on the kept inputs give
+# --- (b') activation recomputation (llmc/model/gpt2.h): the bf16 kernels rerun on the kept inputs give
 # the same bits, so --recompute full writes the --log of the run without; its activation bytes
 # equal gpt2_activation_formula at 2 bytes a value
 $EMU/train_gpt2cu $D $SMALL --steps 10 --recompute full --log "$T/bf16_full.log" >"$T/bf16_full.out" 2>&1
@@ -108,7 +108,7 @@ if [ -s "$T/res1.log" ] && cmp -s "$T/res1.log" "$T/res2.log" && cmp -s "$T/res1
 else
     fail "resume from checkpoint" "two resumed runs differ" "$(tail -2 "$T/res1.out")"
 fi
-# the training state (llmc/train_state.h): stopped after step 5 of 10 and resumed = the 10-step
+# the training state (llmc/train/train_state.h): stopped after step 5 of 10 and resumed = the 10-step
 # run, bit for bit: bf16 parameters, fp32 master weights, m, v and the data position restored
 rm -rf "$T/tstate"
 $EMU/train_gpt2cu $D $SMALL --steps 10 --save-state "$T/tstate" --exit-after 5 >"$T/ts1.out" 2>&1
@@ -138,7 +138,7 @@ if command -v mpirun >/dev/null; then   # ZeRO-1 on 2 ranks: each rank's block o
         fail "training state resume (emulated bf16, ZeRO-1)" "$(grep -h -m2 error "$T"/z?.out)"
     fi
 fi
-# The optimizer state's save/resume of llmc/state.h (test_gpt2cu's determinism check: save at 3,
+# The optimizer state's save/resume of test/optimizer_state.h (test_gpt2cu's determinism check: save at 3,
 # reload, continue to the end = uninterrupted, bit for bit) is checked by the gpu-bundle suite: its
 # reference rows run test_gpt2cu --check, which ends with that check, on the same kind of inputs.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failures during a run (llmc/guard.h, doc/errors.md "Failures"), on a small model:
+# Failures during a run (llmc/train/guard.h, doc/errors.md "Failures"), on a small model:
 #   - NaN, --on-nan stop: a NaN loss scale injected at step 2 (--fault nan:2) stops the run on 1
 #     rank, on 2 ranks and on 2 ranks with ZeRO-1, every error line naming step 2 and the first
 #     tensor (wte), non-zero exit, no --log file or .tmp left;
@@ -215,7 +215,7 @@ fi
 # by rank 0 (the lowest rank it does not name), naming rank 2. The test never continues rank 2;
 # mpirun does, just before its SIGTERM: rank 2, which knows it was stopped, accuses no one, and
 # ranks 1 and 3, which reach the same verdict as rank 0, leave it to rank 0. --comm-timeout 3: the
-# others call a rank frozen after 3 s without heartbeats (llmc/watchdog.h).
+# others call a rank frozen after 3 s without heartbeats (llmc/train/watchdog.h).
 if freeze stop4 4 2 --steps 100000 --zero 3 --comm-timeout 3; then
     verdicts=$(grep -c "stopped answering\|cannot be told" "$T/stop4.out")
     if ended "rank 2 of 4 frozen (SIGSTOP), --zero 3 --comm-timeout 3" $rc $secs stop4.log "$T/stop4.out" >"$T/stop4.ended" &&

@@ -1,4 +1,4 @@
-// Generation with a KV cache (llmc/generate.h) against the full forward (gpt2_forward), on a
+// Generation with a KV cache (llmc/model/generate.h) against the full forward (gpt2_forward), on a
 // small random model:
 //   a) the cached logits equal the full forward's at every position: ragged prefill of rows of
 //      different lengths, then decode one token per row (rows that are done left out); the
@@ -15,8 +15,8 @@
 // within that tolerance). Prints PASS/FAIL per check; exits 1 if any failed.
 #include <vector>
 #include "../llmc/common.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/generate.h"
+#include "../llmc/model/gpt2.h"
+#include "../llmc/model/generate.h"
 
 #ifdef LLMC_CPU
 static const double TOL = 1e-5;

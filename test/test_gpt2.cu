@@ -14,7 +14,7 @@
 // the auxiliary loss (compared on its own too, 1e-5); the gradients include the router's and
 // the experts'. Case (a) also runs the masked batch. Only in the fp32 builds (CPU, CUDA with
 // PRECISION=FP32): in bf16, near-tie routing decisions flip (see main).
-// A third stage checks the RLVR loss (llmc/rlvr.h): for fixed prompts, sampled completions,
+// A third stage checks the RLVR loss (llmc/tasks/rlvr_rollouts.h): for fixed prompts, sampled completions,
 // rewards and a frozen reference model (rl_*.bin), the policy-gradient + KL loss and its
 // gradients against test/reference/rlvr.py, which computes the advantages and the loss from
 // their definitions and differentiates with autograd.
@@ -35,14 +35,14 @@
 // (dev/emu; doc/cuda-backend.md has the figures). The bf16 build also checks that its bf16
 // parameters are its fp32 master weights rounded (within one bf16 ulp). test_gpt2cu --check also runs
 // a determinism check: two 6-step runs give bit-identical losses and parameters, and a run
-// saved at step 3 (checkpoint + optimizer state, llmc/state.h), reloaded into a fresh model
+// saved at step 3 (checkpoint + optimizer state, test/optimizer_state.h), reloaded into a fresh model
 // and continued to step 6 matches the uninterrupted run bit for bit.
 #include <vector>
 #include "../llmc/common.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/checkpoint.h"
-#include "../llmc/state.h"
-#include "../llmc/rlvr.h"
+#include "../llmc/model/gpt2.h"
+#include "../llmc/model/checkpoint.h"
+#include "optimizer_state.h"
+#include "../llmc/tasks/rlvr_rollouts.h"
 
 // ---- tolerances: logits and gradients max |ours - ref| / max |ref| per tensor; relative
 // errors for the scalars; the parameters after the AdamW steps norm-wise on the update
@@ -572,7 +572,7 @@ static void check_case(const char* dir, const char* model_name, const char* batc
     gpt2_free(&model);
 }
 
-// The RLVR loss on fixed rollouts, as the trainer computes it (llmc/rlvr.h: advantages,
+// The RLVR loss on fixed rollouts, as the trainer computes it (llmc/tasks/rlvr_rollouts.h: advantages,
 // log-probabilities of the policy and the reference, loss weights, dloss = 1/N), against
 // test/reference/rlvr.py.
 static void check_rl_case(const char* dir, const char* case_name, const char* ref_name, const char* label) {

@@ -45,7 +45,7 @@ report("train_gpt2.cu has no #if / #ifdef at all", not re.search(r"^\s*#\s*if", 
 
 # the include graph of the repo's own headers (quoted includes, resolved relative to the file)
 graph = {}
-for d in ["llmc", "llmc/cpu", "llmc/cuda", "llmc/comm", "llmc/parallel", "llmc/tasks"]:
+for d in sorted(os.path.relpath(dp, ROOT) for dp, _, _ in os.walk(os.path.join(ROOT, "llmc"))):
     for name in sorted(os.listdir(os.path.join(ROOT, d))):
         if not name.endswith((".h", ".cuh")):
             continue

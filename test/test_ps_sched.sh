@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layer-wise scheduling (llmc/parallel/dp_sched.h: --comm-chunk-kb, --comm-order) on CPU ranks:
+# Layer-wise scheduling (llmc/parallel/dp_priority.h: --comm-chunk-kb, --comm-order) on CPU ranks:
 #   - the parameter server in chunks, fifo or by priority, gives BIT FOR BIT the plain server's
 #     run (same --log, same checkpoint: cmp), for 1 and 2 servers and 1 and 2 micro-steps;
 #   - DDP's all-reduce in chunks: priority and fifo give bit-identical runs, and both match one rank;

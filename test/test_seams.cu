@@ -16,7 +16,7 @@
 //      layernorm weight's gradient adds one token at a time), so the order of the micro-batches
 //      is the order of thousands of fp32 additions. They must agree to 1e-6 relative (measured:
 //      2e-8 to 6e-8); a dropped or doubled micro-batch is off by O(1).
-//   d) the shard rule (llmc/params.h): for tp = 2 and 4 and pipeline stages, every rank's
+//   d) the shard rule (llmc/model/params.h): for tp = 2 and 4 and pipeline stages, every rank's
 //      slice of the full model, put back with param_unslice, rebuilds the full model exactly,
 //      each element held by exactly the ranks the rule says; local shapes follow the rule; a
 //      model built at a place and initialised holds exactly its slice of the whole model's
@@ -26,9 +26,9 @@
 #include <vector>
 #include <string>
 #include "../llmc/common.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/step.h"
-#include "../llmc/checkpoint.h"
+#include "../llmc/model/gpt2.h"
+#include "../llmc/train/step.h"
+#include "../llmc/model/checkpoint.h"
 
 // the reverse step's tolerance: fp32 sums in another order (CPU, or the CUDA build in fp32);
 // the bf16 build keeps gradients in bf16, where another order moves a sum by a unit of

@@ -1,4 +1,4 @@
-// Tests of the SFT data loader (llmc/sft.h), host only. Modes:
+// Tests of the SFT data loader (llmc/data/sft_shards.h), host only. Modes:
 //   ./test_sftcpu                      unit checks on small shards it writes into build/sft-test/:
 //                                      packed rows of a hand-made set, weights = mask shifted by
 //                                      one, skipped examples, data-parallel split (nranks 2, 3)
@@ -14,7 +14,7 @@
 #include <string>
 #include <sys/stat.h>
 #include "../llmc/common.h"
-#include "../llmc/sft.h"
+#include "../llmc/data/sft_shards.h"
 #include "../llmc/rand.h"
 
 static int failures = 0;
@@ -35,7 +35,7 @@ static void mkdir_p(const std::string& dir) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// writers (the formats of llmc/sft.h, with knobs to break them)
+// writers (the formats of llmc/data/sft_shards.h, with knobs to break them)
 
 static void write_shard(const std::string& path, const std::vector<int>& tokens, int magic = SHARD_MAGIC) {
     FILE* f = fopen_or_die(path.c_str(), "wb");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SFT data loader (llmc/sft.h) through ./test_sftcpu (built by `make test_sftcpu`; this
+# The SFT data loader (llmc/data/sft_shards.h) through ./test_sftcpu (built by `make test_sftcpu`; this
 # script builds nothing): the unit checks (packing, weights, data-parallel split, count_ahead,
 # wrap-around), every malformed input dies with exit 1 and a one-line message naming the file,
 # and the SFT output of dev/data/arithmetic.py parses as "<eot>a+b=" + "(a+b)\n".

@@ -83,7 +83,7 @@ check 4 ref2 "dp 2 x tp 2 + SP, ZeRO-2, 2 micro-steps" --tp 2 --sp --zero 2 --gr
 check 2 sft "SFT, tp 2" --tp 2 $SFT
 MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --load "$T/start.bin" --lr 5e-4
 
-# --- a tp that does not divide the padded vocabulary (llmc/params.h: tp_vocab_rows): tp 3 on
+# --- a tp that does not divide the padded vocabulary (llmc/model/params.h: tp_vocab_rows): tp 3 on
 # 320 rows (3 heads of 16 channels). The run pads to 384 rows (3 x 128) and says so; what it
 # writes keeps 320: the checkpoint has the one-rank run's header and size, its padding rows
 # (257..319 of wte) are 0, and the training state it saves exports (scripts/state_to_model.py)
@@ -113,7 +113,7 @@ else
     fail "tp 3 on the padded vocabulary 320" "start line: '${said:-missing}'" "checkpoint: ${layout:-ok}" "state export = --save: $([ "$exported" -eq 0 ] && echo yes || echo no)"
 fi
 
-# --- generation under tp (llmc/generate.h: every rank of the group runs it, rows of logits gathered):
+# --- generation under tp (llmc/model/generate.h: every rank of the group runs it, rows of logits gathered):
 # samples and greedy exact-match accuracy of a tp 2 + SP run equal one rank's
 gen="$SHAPE --batch 8 --seq 32 --steps 10 --lr 1e-3 --eval-every 5 --eval-batches 1 --sample-every 5 --sample-len 24 --accuracy 30 --threads 1"
 # shellcheck disable=SC2086

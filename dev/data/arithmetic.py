@@ -24,7 +24,7 @@ directory):
     sft_val_000000.bin   + .mask   SFT split: --num-sft-val equations
     tokenizer.bin      llm.c tokenizer file for the byte-level tokenizer
 
-The SFT splits (supervised fine-tuning, read by llmc/sft.h) are ordinary
+The SFT splits (supervised fine-tuning, read by llmc/data/sft_shards.h) are ordinary
 token shards of the same documents plus a loss mask (data_common.write_mask):
 one uint8 per token, 1 on the answer digits and the newline, 0 on the EOT and
 the prompt:

@@ -102,7 +102,7 @@ static inline void attention_backward(float* dinp, const float* dout, const floa
 }
 
 // ---------------------------------------------------------------------------------------
-// Attention with a KV cache, for generation (llmc/generate.h). The N tokens of one call are
+// Attention with a KV cache, for generation (llmc/model/generate.h). The N tokens of one call are
 // "flattened": token j belongs to cache row r = rows[j] (one sequence) and sits at position
 // p = positions[j] of it. kcache, vcache are (rows, maxT, C) for one layer.
 //   1. store:  kcache[r, p, :] = k_j,  vcache[r, p, :] = v_j     for every j (all stores first,

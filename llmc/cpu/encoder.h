@@ -78,7 +78,7 @@ static inline void encoder_backward(float* dwte, float* dwpe, const float* dout,
     encoder_backward_vocab(dwte, dwpe, dout, inp, NULL, 0, INT_MAX, B, T, C);
 }
 
-// Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/generate.h):
+// Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/model/generate.h):
 //   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]     j = 0..N-1
 static inline void encoder_forward_positions(float* out, const int* inp, const int* positions, const float* wte,
                                              const float* wpe, int N, int C) {

@@ -320,7 +320,7 @@ static inline void matmul_forward(float* out, const float* inp, const float* wei
 }
 
 // Either half may be skipped: dinp == NULL (no input gradient) or dweight == NULL (no weight or
-// bias gradient), as the zero-bubble pipeline's B and W passes ask (llmc/gpt2.h).
+// bias gradient), as the zero-bubble pipeline's B and W passes ask (llmc/model/gpt2.h).
 static inline void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                    const float* inp, const float* weight, int B, int T, int C, int OC) {
 #ifdef LLMC_OPENBLAS

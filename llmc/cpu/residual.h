@@ -1,7 +1,7 @@
 // Residual connection: out = inp1 + inp2.
 // Its backward is the identity into both branches (d inp1 = d inp2 = dout), so the model
 // needs no kernel for it: gpt2_backward keeps one gradient buffer for the residual stream
-// and lets both branches read it (see "dresidual" in llmc/gpt2.h).
+// and lets both branches read it (see "dresidual" in llmc/model/gpt2.h).
 #pragma once
 
 #include "round.h"   // floatx_round: outputs stored in the --precision format

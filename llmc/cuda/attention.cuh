@@ -30,11 +30,11 @@
 //    sizes 16, 32 and 64 (every GPT-2 size uses 64; the tiny model 32).
 //
 // attention_forward / attention_backward, what the model's default attention op calls
-// (llmc/ops.h), pick 3 where it applies and 2 otherwise; both save the same lse, so either
+// (llmc/model/ops.h), pick 3 where it applies and 2 otherwise; both save the same lse, so either
 // backward fits either forward.
 //
 // 4. with a KV cache, for generation (attention_forward_cached, the last section): the op
-//    llmc/generate.h installs in place of attention for the cached forward.
+//    llmc/model/generate.h installs in place of attention for the cached forward.
 #pragma once
 
 #include "common.cuh"
@@ -883,7 +883,7 @@ static inline void attention_backward(floatX* dinp, const floatX* dout, const fl
 }
 
 // ---------------------------------------------------------------------------------------
-// 4. with a KV cache, for generation (llmc/generate.h; the math is in llmc/cpu/attention.h).
+// 4. with a KV cache, for generation (llmc/model/generate.h; the math is in llmc/cpu/attention.h).
 // Token j of the call belongs to cache row r = rows[j] at position p = positions[j];
 // kcache, vcache are (rows, maxT, C) for one layer. Two kernels, so that every store is done
 // before any token attends (a token reads the keys of the other tokens of its row in the call):

@@ -16,15 +16,15 @@
 #include "matmul.cuh"
 #include "attention.cuh"
 #include "attention_block.cuh"   // the pieces of ring attention (llmc/parallel/cp.h)
-#include "moe.cuh"               // the pieces of the mixture-of-experts block (llmc/moe.h)
+#include "moe.cuh"               // the pieces of the mixture-of-experts block (llmc/model/moe.h)
 #include "gelu.cuh"
 #include "residual.cuh"
 #include "classifier.cuh"
 #include "global_norm.cuh"
 #include "adamw.cuh"
 #include "quantize.cuh"   // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
-#include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/fp8.h)
-#include "../mfu.h"
+#include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/model/fp8.h)
+#include "../train/mfu.h"
 
 // Picks GPU local_rank % (number of GPUs), checks it (device.cuh), then sets up cuBLASLt.
 static inline void backend_init(int local_rank) {
@@ -49,7 +49,7 @@ static inline const char* backend_device_name() {
 }
 
 // Dense peak FLOP/s of this GPU in the build's precision (bf16 tensor cores; fp32 CUDA cores
-// for the fp32 build, whose matmuls do not use TF32); 0 when the GPU is not in llmc/mfu.h.
+// for the fp32 build, whose matmuls do not use TF32); 0 when the GPU is not in llmc/train/mfu.h.
 static inline double backend_peak_flops() {
     backend_ensure_init();
     return device_peak_flops(backend_props.name, FLOATX_IS_BF16);

@@ -113,7 +113,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     encoder_backward_vocab(dwte, dwpe, dout, inp, NULL, 0, INT_MAX, B, T, C);
 }
 
-// Embedding of N tokens at given positions (generation with a KV cache, llmc/generate.h):
+// Embedding of N tokens at given positions (generation with a KV cache, llmc/model/generate.h):
 //   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]
 static inline void encoder_forward_positions(floatX* out, const int* inp, const int* positions, const floatX* wte,
                                              const floatX* wpe, int N, int C) {

@@ -1,6 +1,6 @@
 // Residual connection: out = inp1 + inp2 (elementwise; fp32 add, one rounding to floatX).
 // Its backward is the identity into both branches, so there is no kernel for it (see
-// "dresidual" in llmc/gpt2.h).
+// "dresidual" in llmc/model/gpt2.h).
 #pragma once
 
 #include "common.cuh"

@@ -4,8 +4,8 @@
 // Units. The backward pass finishes the gradients one block at a time, last block first, and
 // the tensors outside the blocks (wte, wpe, lnfw, lnfb) last of all: wte is also the LM head,
 // and its gradient is complete only after the encoder's backward. So the parameters fall into
-// units, read off the parameter table (llmc/params.h):
-//   unit l  (l = 0 .. nl-1)  the stage's l-th block (llmc/params.h's local layer index): slice l
+// units, read off the parameter table (llmc/model/params.h):
+//   unit l  (l = 0 .. nl-1)  the stage's l-th block (llmc/model/params.h's local layer index): slice l
 //                            of every layered tensor
 //   unit nl ("root")         every tensor outside the blocks that this rank holds, in table order
 // ready in the order nl-1, ..., 1, 0, root. On one rank holding the whole model: L + 1 units,
@@ -20,7 +20,7 @@
 //   ready order ->   unit 5   unit 4 | unit 3   unit 2 | unit 1   unit 0   root
 //                    [  bucket 0    ]  [  bucket 1    ]  [     bucket 2          ] 0-pad
 //
-// The backward writes straight into the bucket: the hooks below give the passes (llmc/gpt2.h)
+// The backward writes straight into the bucket: the hooks below give the passes (llmc/model/gpt2.h)
 // pointers into it instead of into the model's flat gradient buffer, which is freed. Every
 // bucket is padded with zeros to a multiple of the number of ranks N, so each rank owns an
 // equal block of it (rank r: [r shard, (r+1) shard)): Psi_pad = sum of padded bucket sizes.

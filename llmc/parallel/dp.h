@@ -1,6 +1,6 @@
 // Data parallelism: the trainer's entry points. One optimizer step on N ranks:
 //   dp_zero_grad                  start of the step
-//   for each micro-step:          (the step, llmc/step.h)
+//   for each micro-step:          (the step, llmc/train/step.h)
 //     forward, loss, backward     the mode's placement hooks run inside: micro_begin says
 //                                 whether this backward communicates, the bucket hooks hand
 //                                 ready gradients to the communication thread
@@ -29,7 +29,7 @@
 #include "dp_zero.h"
 #include "dp_zero3.h"
 #include "offload.h"
-#include "dp_sched.h"
+#include "dp_priority.h"
 #include "dp_ps_async.h"
 
 // What the flags ask for (--dp-mode, --zero, --offload, --comm-algo, --ps-servers, --bucket-mb,
@@ -47,7 +47,7 @@ typedef struct {
     int qwz;              // ZeRO++ (with ZeRO-3, dp_zeropp.h): weights all-gathered as int8 blocks
     int hpz;              //   the backward's all-gather within groups of hpz ranks (0: off)
     int qgz;              //   gradients reduce-scattered as qgz-bit blocks over an all-to-all (0: off)
-    int chunk_kb;         // layer-wise scheduling (dp_sched.h): chunks of this many KiB (0: whole buffers)
+    int chunk_kb;         // layer-wise scheduling (dp_priority.h): chunks of this many KiB (0: whole buffers)
     int priority;         //   1: the chunks by priority (first layers first), 0: first come, first served
     int ps_async;         // asynchronous parameter server (dp_ps_async.h)
     int staleness;        //   stale synchronous: at most this many steps ahead of the slowest (-1: not asked for)
@@ -62,7 +62,7 @@ static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MO
 // The mode's table for the flags (parse_train_args has already checked the flags themselves
 // and their combinations, on every rank).
 static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
-    if (cfg->chunk_kb > 0) { return strcmp(cfg->mode, "ps") == 0 ? &DP_MODE_PS_SCHED : &DP_MODE_DDP_SCHED; }   // layer-wise (dp_sched.h)
+    if (cfg->chunk_kb > 0) { return strcmp(cfg->mode, "ps") == 0 ? &DP_MODE_PS_SCHED : &DP_MODE_DDP_SCHED; }   // layer-wise (dp_priority.h)
     if (cfg->ps_async || cfg->staleness >= 0) { return &DP_MODE_PS_ASYNC; }   // no barrier (dp_ps_async.h)
     for (const DPModeOps* m : DP_MODES) {
         if (strcmp(m->flag, cfg->mode) == 0 && m->zero == cfg->zero) { return m; }
@@ -75,7 +75,7 @@ static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
 // model's buffers it shards, installs the mode's hooks in the model's chain, and starts the
 // communication thread.
 // The fields the formulas read (dp_formula_memory, dp_formula_bytes) for rank `rank` of N, no
-// memory, no thread: dp_init starts here, and the planner (llmc/parallel/planner.h) stops here
+// memory, no thread: dp_init starts here, and the planner (llmc/planner/search.h) stops here
 // (plus the buckets' layout, buckets_layout).
 static inline void dp_shape(DataParallel* dp, GPT2* model, int N, int rank, const DPConfig* cfg) {
     const DPModeOps* ops = dp_mode_find(cfg);
@@ -156,7 +156,7 @@ static inline float dp_update(DataParallel* dp, float lr, float beta1, float bet
     return dp->ops->update(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
 }
 
-// Communication still in flight after a step (the layer-wise pulls, dp_sched.h) finishes: before
+// Communication still in flight after a step (the layer-wise pulls, dp_priority.h) finishes: before
 // the training state is saved, and after the last step (before the model is freed)
 static inline void dp_settle(DataParallel* dp) {
     if (dp->sched && dp->ops == &DP_MODE_PS_SCHED) { ps_sched_settle(dp); } else { dp_wait_all(dp); }

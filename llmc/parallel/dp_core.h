@@ -20,8 +20,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-#include "../gpt2.h"
-#include "../trace.h"
+#include "../model/gpt2.h"
+#include "../train/trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "mesh.h"
@@ -126,7 +126,7 @@ typedef struct DataParallel {
     int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving
     GPT2Hooks hooks;              // the placement hooks this mode installed in the model's chain
     struct ZeroPP* zeropp;        // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h), NULL without it
-    struct DPSched* sched;        // layer-wise scheduling of chunks (llmc/parallel/dp_sched.h), NULL without it
+    struct DPSched* sched;        // layer-wise scheduling of chunks (llmc/parallel/dp_priority.h), NULL without it
     struct PSAsync* async;        // the asynchronous / stale synchronous server (llmc/parallel/dp_ps_async.h), NULL without it
     struct DPCompress* compress;  // gradient compression (llmc/parallel/dp_compress.h), NULL without it
     // the communication thread
@@ -137,10 +137,10 @@ typedef struct DataParallel {
     std::deque<std::function<void()>> tasks;
     std::deque<std::string> task_names;
     std::deque<BackendEvent> task_events;    // per queued task: the compute stream's event at enqueue
-    std::deque<int> task_prio;               // per queued task: its priority (lower goes first; 0 for all but dp_sched.h's chunks)
+    std::deque<int> task_prio;               // per queued task: its priority (lower goes first; 0 for all but dp_priority.h's chunks)
     std::deque<long> task_ticket;            // per queued task: its ticket
     std::vector<char> done;                  // per ticket: finished (tasks may finish out of ticket order)
-    int agree_order;              // 1: the tasks run by priority, in an order rank 0 picks and broadcasts (dp_sched.h)
+    int agree_order;              // 1: the tasks run by priority, in an order rank 0 picks and broadcasts (dp_priority.h)
     MPI_Comm order_comm;          //    on a communicator of its own (the main thread's collectives use dp->comm's)
     std::vector<BackendEvent> spare_events;  // events of finished tasks, recorded again by later ones
     long enqueued, completed;
@@ -198,7 +198,7 @@ static inline void dp_give(DataParallel* dp, int cat, floatX* p, size_t n) {
 
 // Which queued task runs next (called with the lock held; returns its index in the queue).
 // First come, first served, unless the tasks carry priorities (layer-wise scheduling,
-// dp_sched.h): then the lowest priority value first, the earlier ticket among equals. The
+// dp_priority.h): then the lowest priority value first, the earlier ticket among equals. The
 // ranks must run the same task at the same time (a chunk is a collective), but a task may be
 // queued on one rank and not yet on another: rank 0 picks among its own and broadcasts the
 // ticket, the others wait until they have queued it too (every rank queues the same tasks in the

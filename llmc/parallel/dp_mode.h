@@ -37,7 +37,7 @@ struct DPModeOps {
     uint64_t (*formula_bytes)(const DataParallel* dp, int micro);       // sent per step (N > 1)
     void (*formula_memory)(const DataParallel* dp, size_t out[MEM_NCAT]);   // bytes per category
     int owners_disjoint;         // 1: each rank updates its own part (ZeRO, servers): the norm is summed over the
-                                 // ranks, each rank saves its part (llmc/train_state.h); 0: every rank all of it
+                                 // ranks, each rank saves its part (llmc/train/train_state.h); 0: every rank all of it
 };
 typedef struct DPModeOps DPModeOps;
 
@@ -87,7 +87,7 @@ static inline void dp_micro_begin(void* ctx, int i, int n) {
     dp->sync = i == n - 1 || dp->ops->reduce_every_micro;
 }
 
-// A mode's table of hooks joins the model's chain (llmc/gpt2.h); dp->hooks keeps a copy so
+// A mode's table of hooks joins the model's chain (llmc/model/gpt2.h); dp->hooks keeps a copy so
 // that ZeRO-3 can take it out and put it back.
 static inline void dp_install_hooks(DataParallel* dp, const char* name, GPT2Hooks h) {
     h.name = name;
@@ -167,7 +167,7 @@ static inline float dp_update_owned(DataParallel* dp, float lr, float beta1, flo
         for (const OptSegment& s : dp->segments) { dp->shards.complete_grads(dp->shards.ctx, s.tensor, s.grad, s.n); }
     }
     if (dp->experts.reduce) { dp->experts.reduce(dp->experts.ctx); }   // expert parallelism's own group
-    float norm = dp_grad_norm(dp) / m->loss_scale;   // the same on every rank: all skip or none (unscaled: llmc/loss_scale.h)
+    float norm = dp_grad_norm(dp) / m->loss_scale;   // the same on every rank: all skip or none (unscaled: llmc/train/loss_scale.h)
     if (!isfinite(norm) && m->skip_nonfinite) { trace_event("AdamW update (skipped)", 0, t0); return norm; }
     float grad_scale = ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f) / m->loss_scale;
     m->step += 1;

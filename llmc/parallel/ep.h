@@ -1,4 +1,4 @@
-// Expert parallelism: the E experts of every MoE block (llmc/moe.h) split over ep ranks, and each
+// Expert parallelism: the E experts of every MoE block (llmc/model/moe.h) split over ep ranks, and each
 // token travels to the rank that holds its expert and back (GShard; DeepSpeed-MoE; Megatron).
 // The lecture "LLM Pre-training and Beyond", slide "Expert Parallelism applied on
 // Mixture-of-Experts".
@@ -37,7 +37,7 @@
 #pragma once
 
 #include <vector>
-#include "../gpt2.h"
+#include "../model/gpt2.h"
 #include "../comm/comm.h"
 #include "../comm/native.h"
 #include "../comm/alltoall.h"
@@ -63,7 +63,7 @@ typedef struct {
     double seconds;
 } ExpertParallel;
 
-// ---- the exchange (llmc/moe.h's MoEExchange)
+// ---- the exchange (llmc/model/moe.h's MoEExchange)
 
 // The rows were written by kernels on the compute stream; the communicator's stream reads them:
 // it waits for an event recorded after them (as context parallelism's exchanges do, cp_core.h).
@@ -210,7 +210,7 @@ static inline void ep_free(ExpertParallel* ep) {
     comm_free(&ep->edp);
 }
 
-// ---- the formulas (the trainer prints them beside what it counted; the planner, llmc/parallel/planner.h, predicts with them)
+// ---- the formulas (the trainer prints them beside what it counted; the planner, llmc/planner/search.h, predicts with them)
 
 // the expert parameters a rank holds: Lm E/ep experts of 8 C^2/tp + 4 C/tp + C
 static inline size_t ep_formula_expert_params(const GPT2Config* c, const GPT2Place* pl) {

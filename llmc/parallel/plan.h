@@ -3,9 +3,9 @@
 //
 //   flags ──> plan_init: MPI (or the one-process stand-in, llmc/comm/mpi_single.h), the world,
 //             the mesh dp x pp x cp x tp (llmc/parallel/mesh.h), this rank's GPU, one voice
-//   model ──> plan_attach: the model's place in the mesh (llmc/params.h: which shard), the
+//   model ──> plan_attach: the model's place in the mesh (llmc/model/params.h: which shard), the
 //             placement hooks (data parallelism's mode: llmc/parallel/dp.h), the step
-//             (llmc/step.h: gradient accumulation by default), the ops (llmc/ops.h: defaults)
+//             (llmc/train/step.h: gradient accumulation by default), the ops (llmc/model/ops.h: defaults)
 //   then per training step: plan_zero_grad, plan.step.run (micro-batches), plan_update (clip,
 //   AdamW on what this rank owns, parameters back in sync), plan_mean (the loss over ranks)
 //
@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 #include "../common.h"
-#include "../gpt2.h"
-#include "../checkpoint.h"
-#include "../step.h"
-#include "../trace.h"
-#include "../train_args.h"
+#include "../model/gpt2.h"
+#include "../model/checkpoint.h"
+#include "../train/step.h"
+#include "../train/trace.h"
+#include "../train/train_args.h"
 #include "../comm/comm.h"
 #include "mesh.h"
 #include "dp.h"
@@ -31,8 +31,8 @@
 #include "pp.h"
 #include "cp.h"
 #include "ep.h"
-#include "../fp8.h"
-#include "planner.h"
+#include "../model/fp8.h"
+#include "../planner/search.h"
 
 typedef struct {
     const TrainArgs* args;
@@ -51,7 +51,7 @@ typedef struct {
     ContextParallel cp;     // with ncp > 1: ring attention (llmc/parallel/cp.h), the step wrapped
     int nep;                // expert-parallel ranks (1 without it)
     ExpertParallel ep;      // with nep > 1: the experts split over ep of the dp ranks (llmc/parallel/ep.h)
-    Fp8 fp8;                // --fp8: the blocks' linear entries wrapped in FP8 quantisation (llmc/fp8.h)
+    Fp8 fp8;                // --fp8: the blocks' linear entries wrapped in FP8 quantisation (llmc/model/fp8.h)
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
@@ -82,14 +82,14 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* arg
         die("data, tensor, pipeline, context and expert parallelism (--dp, --dp-mode, --zero, --offload, --tp, --pp, --cp, --ep) "
             "need the MPI build: apt-get install libopenmpi-dev, then make");
     }
-    plan->pp_split = pp_split_parse(args->pp_split);   // --pp-split 2,4,2: layers per stage (llmc/parallel/planner.h)
+    plan->pp_split = pp_split_parse(args->pp_split);   // --pp-split 2,4,2: layers per stage (llmc/planner/search.h)
     // The data-parallel communication thread calls MPI while the main thread computes. Alone,
     // the two never call MPI at the same time (MPI_THREAD_SERIALIZED); with tensor or pipeline
     // parallelism the main thread's collectives and messages on the tp and pp groups run while
     // the thread reduces gradients on the dp group, which needs MPI_THREAD_MULTIPLE.
     // So do the parameter server's scheduled chunks (the next forward runs while parameters
     // arrive) and its asynchronous server (a thread of rank 0).
-    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1 || args->comm_timeout > 0   // (+ the watchdog: llmc/guard.h)
+    int multi = args->tp > 1 || args->pp > 1 || args->cp > 1 || args->ep > 1 || args->comm_timeout > 0   // (+ the watchdog: llmc/train/guard.h)
                 || args->comm_chunk_kb > 0 || args->ps_async || args->staleness_bound >= 0
                 || args->mesh;   // --mesh auto: any of them may be chosen
     int need = multi ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, provided = 0;
@@ -157,7 +157,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* arg
 #endif
 }
 
-// Which shard of the model this rank holds (llmc/params.h), asked by gpt2_from_args once the
+// Which shard of the model this rank holds (llmc/model/params.h), asked by gpt2_from_args once the
 // model's shape is known. Data parallelism keeps whole replicas; tensor parallelism splits the
 // matrices over the mesh's tp group (and with --sp the residual stream's tokens); the pipeline
 // will set the stage's layers and its ends. Every rank checks the place (gpt2_place_check
@@ -165,7 +165,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* arg
 static inline GPT2Place plan_place(void* ctx, const GPT2Config* cfg) {
     Plan* plan = (Plan*)ctx;
     if (!plan->use_dp) { return gpt2_place_whole(cfg); }   // one rank: the whole model
-    return place_at(plan->args, cfg, plan->mesh.size, plan->mesh.coord, plan->pp_split);   // (llmc/parallel/planner.h)
+    return place_at(plan->args, cfg, plan->mesh.size, plan->mesh.coord, plan->pp_split);   // (llmc/planner/search.h)
 }
 
 // The tokens per sequence this rank's activations hold: T, or T/cp with context parallelism.
@@ -186,7 +186,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "ring") == 0;
-    DPConfig cfg = dp_config_from_args(a, 0, a->ep > 1);   // (llmc/parallel/planner.h: the planner's dry ranks use it too)
+    DPConfig cfg = dp_config_from_args(a, 0, a->ep > 1);   // (llmc/planner/search.h: the planner's dry ranks use it too)
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
@@ -257,7 +257,7 @@ static inline float plan_mean(Plan* plan, float x) {
     return plan->use_dp ? (float)(plan_sum(plan, x) / plan->dp.comm->size) : x;
 }
 // all-gather n floats from every data-parallel rank, in rank order (a copy on one rank); the
-// signature of llmc/rlvr.h's GatherFn with the plan as ctx
+// signature of llmc/tasks/rlvr_rollouts.h's GatherFn with the plan as ctx
 static inline void plan_gather_floats(const float* mine, int n, float* all, void* ctx) {
     Plan* plan = (Plan*)ctx;
     if (plan->use_dp) { MPI_Allgather(mine, n, MPI_FLOAT, all, n, MPI_FLOAT, plan->dp.comm->mpi); return; }
@@ -407,7 +407,7 @@ static inline void plan_trace_start(Plan* plan) {
     trace_start();
 }
 
-// --plan-check FILE: what this rank measured, in the planner's categories (llmc/parallel/planner.h):
+// --plan-check FILE: what this rank measured, in the planner's categories (llmc/planner/search.h):
 // the data-parallel memory table's figures at the start, the expert state, and the bytes each communicator counted in the
 // step just reported. Rank 0 gathers every rank's and writes one line per rank.
 static inline RankFigures plan_measured(const Plan* plan) {

@@ -1,14 +1,14 @@
 // Pipeline parallelism: the layers split over the p ranks of the mesh's pp group (stages), the
 // micro-batches of a step flowing through them as a schedule says (llmc/parallel/pp_schedule.h:
 // GPipe, 1F1B, interleaved 1F1B, ZB-H1). This file is the EXECUTOR: it runs any schedule's
-// action list, as the plan's step (llmc/step.h), on the model's pieces (llmc/gpt2.h).
+// action list, as the plan's step (llmc/train/step.h), on the model's pieces (llmc/model/gpt2.h).
 //
 //   stage 0          stage 1          stage 2          stage 3
 //   [emb|blk 0-1] -> [blk 2-3]     -> [blk 4-5]     -> [blk 6-7|lnf|head|loss]    activations
 //                 <-               <-               <-                            gradients
 //   wte (lookup) ............ embedding group: dwte summed ............ wte (LM head)
 //
-// Stages and chunks (GPT2Place, llmc/params.h): stage s holds layers [begin, end) and, with v
+// Stages and chunks (GPT2Place, llmc/model/params.h): stage s holds layers [begin, end) and, with v
 // interleaved chunks, v of them: global chunk g = c p + s, c < v, of L / (v p) layers each.
 // The first stage has the embedding, the last the final layernorm, the LM head and the loss.
 // Between neighbours travel one micro-batch's activations (forward) or their gradients
@@ -44,9 +44,9 @@
 #pragma once
 
 #include <vector>
-#include "../gpt2.h"
-#include "../step.h"
-#include "../trace.h"
+#include "../model/gpt2.h"
+#include "../train/step.h"
+#include "../train/trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "dp_core.h"
@@ -178,7 +178,7 @@ static inline float pp_forward(PipelineParallel* pp, const PPAction* a, const Mi
     for (int l = l0; l < l0 + gpt2_slot_layers(model); l++) { gpt2_block_forward(model, slot, l); }
     if (g != pp_last_chunk(pp)) { return 0.0f; }
     gpt2_head_forward(model, slot);
-    // dloss carries the loss scale S (llmc/loss_scale.h); the mean loss returned does not
+    // dloss carries the loss scale S (llmc/train/loss_scale.h); the mean loss returned does not
     return gpt2_head_loss(model, slot, mb->targets, mb->weights, dloss, train) * (train ? dloss / model->loss_scale : 1.0f);
 }
 

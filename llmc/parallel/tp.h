@@ -14,7 +14,7 @@
 //   of its column-parallel layer, or its heads' attention) and computes the partial Z_t = Y_t B_t;
 //   Z = sum_t Z_t: g all-reduces. The bias must be added once: rank 0 adds it to its part.
 //   Backward: dY_t = dZ B_t^T needs only the whole dZ, which every rank has (g: identity).
-// Attention needs no communication: qkv is split by heads (llmc/params.h, SHARD_HEADS), and each
+// Attention needs no communication: qkv is split by heads (llmc/model/params.h, SHARD_HEADS), and each
 // head attends on its own. Between the two halves the residual stream is whole on every rank.
 //
 // Per block and micro-step: 2 all-reduces forward (g, g), 2 backward (f, f), each of the B T C
@@ -82,7 +82,7 @@ static const TPRegion TP_REGION_TP = {
 static inline const TPRegion* tp_region(const OpAt* at) { return at->Ts < at->T ? &TP_REGION_SP : &TP_REGION_TP; }
 
 // ---------------------------------------------------------------------------------------
-// The linear entries (llmc/ops.h): column-parallel at qkv, fc and the LM head, row-parallel at
+// The linear entries (llmc/model/ops.h): column-parallel at qkv, fc and the LM head, row-parallel at
 // attproj and fcproj. C and OC are this rank's local sizes (C/tp inputs for a row-parallel one).
 
 static inline int tp_column_parallel(int site) { return site == LINEAR_QKV || site == LINEAR_FC || site == LINEAR_LM_HEAD; }
@@ -191,7 +191,7 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
     int p = tp->tp, r = tp->rank;
     const GPT2Place* pl = &tp->model->place;
     size_t L = (size_t)gpt2_local_layers(tp->model), X = (size_t)B * T * tp->model->config.channels, BT = (size_t)B * T;
-    // an MoE block (llmc/moe.h) has the attention's two regions; its MLP's two are inside each expert
+    // an MoE block (llmc/model/moe.h) has the attention's two regions; its MLP's two are inside each expert
     size_t Lm = tp->model->moe ? (size_t)tp->model->moe->blocks : 0;
     // regions: 4 per block, the embedding's exit and the LM head's entry where this (pipeline) stage has them
     size_t regions = 4 * L - 2 * Lm + (pl->has_embedding ? 1 : 0) + (pl->has_head ? 1 : 0);
@@ -237,7 +237,7 @@ static inline size_t tp_formula_params(const GPT2* m) {
 // activation bytes of `slots` slots of B x T tokens, in closed form; a slot holds Ls layers
 // (the stage's, or one interleaved chunk's), logits only where the stage has the head
 static inline size_t tp_formula_activations(const GPT2* m, int B, int T, int slots) {
-    if (m->recompute != RECOMPUTE_NONE) { return gpt2_activation_formula(m, B, T, slots).total; }   // llmc/gpt2.h's, per mode
+    if (m->recompute != RECOMPUTE_NONE) { return gpt2_activation_formula(m, B, T, slots).total; }   // llmc/model/gpt2.h's, per mode
     const GPT2Config* c = &m->config;
     size_t tp = (size_t)m->place.tp, C = (size_t)c->channels, Ls = (size_t)gpt2_slot_layers(m), a = sizeof(floatX);
     size_t BT = (size_t)B * T, BTs = (size_t)B * gpt2_place_stream_tokens(&m->place, T), Vs = (size_t)gpt2_local_vocab(m);

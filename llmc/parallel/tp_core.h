@@ -18,8 +18,8 @@
 // which needs MPI_THREAD_MULTIPLE (llmc/parallel/plan.h asks for it).
 #pragma once
 
-#include "../gpt2.h"
-#include "../trace.h"
+#include "../model/gpt2.h"
+#include "../train/trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 

@@ -1,7 +1,7 @@
 // Vocabulary parallelism (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy):
 // wte (Vp x C) is split by rows, rank t holding tokens [t Vs, (t+1) Vs) with Vs = Vp/tp (the
 // padded vocabulary, so every rank gets an equal share; the padding rows are zero and never a
-// target). Where tp does not divide Vp, Vs is larger (llmc/params.h: tp_vocab_rows; 320 rows
+// target). Where tp does not divide Vp, Vs is larger (llmc/model/params.h: tp_vocab_rows; 320 rows
 // over tp 3: 3 x 128): the run computes with tp Vs rows, those past Vp zero like the rest of
 // the padding, and checkpoints keep Vp. The same shard is the tied LM head.
 //
@@ -48,7 +48,7 @@ static inline void vocab_embedding_backward(void* ctx, const OpAt* at, floatX* d
     encoder_backward_vocab(dwte, dwpe, dy, tokens, positions, tp->rank * Vs, Vs, at->B, at->T, C);
 }
 
-// Sampling (llmc/generate.h) needs a whole row of logits: rank t's Vs columns are the row's
+// Sampling (llmc/model/generate.h) needs a whole row of logits: rank t's Vs columns are the row's
 // block t, so one all-gather in rank order puts the row together (Vp = tp Vs elements on every
 // rank: the run's padded vocabulary, gpt2_run_vocab).
 static inline void vocab_logits_row_to_host(void* ctx, const OpAt* at, const floatX* logits, int row, int Vp,

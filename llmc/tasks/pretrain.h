@@ -1,11 +1,11 @@
-// Pre-training: cross-entropy on every next token of the token shards (llmc/data.h). A step
+// Pre-training: cross-entropy on every next token of the token shards (llmc/data/token_shards.h). A step
 // reads n micro-batches of B x T tokens (this rank's share; the ranks read disjoint rows), or
 // with --bench random tokens and no files. dloss = 1 / (this rank's tokens in the step's
 // micro-batch): data parallelism averages the ranks' gradients, so the update follows the mean
 // over the global batch.
 #pragma once
 
-#include "../task.h"
+#include "task.h"
 
 typedef struct {
     DataLoader train, val;

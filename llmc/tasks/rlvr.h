@@ -1,5 +1,5 @@
-// RL with verifiable rewards (llmc/rlvr.h): each step samples G completions per prompt with the
-// KV cache (llmc/generate.h), scores them with the reward function, turns rewards into
+// RL with verifiable rewards (llmc/tasks/rlvr_rollouts.h): each step samples G completions per prompt with the
+// KV cache (llmc/model/generate.h), scores them with the reward function, turns rewards into
 // advantages, and trains on the rollouts with per-token loss weights -A: the policy gradient
 // -A(r) * log p(Y), plus beta * KL against a frozen copy of the starting model (--kl). A rank
 // rolls out its share of the rows; rewards are gathered over the data-parallel ranks for the
@@ -7,8 +7,8 @@
 // pre-training's, on the token shards.
 #pragma once
 
-#include "../task.h"
-#include "../rlvr.h"
+#include "task.h"
+#include "rlvr_rollouts.h"
 
 typedef struct {
     RLState rl;

@@ -1,12 +1,12 @@
 // Supervised fine-tuning: cross-entropy on the answer tokens only. The rows are packed
-// (prompt, answer) examples with a loss mask (llmc/sft.h); the mask is the per-token loss
+// (prompt, answer) examples with a loss mask (llmc/data/sft_shards.h); the mask is the per-token loss
 // weight. The loss is a mean over the answer tokens of the whole step (all ranks, all
 // micro-steps): every rank counts them in the packed rows ahead (sft_loader_count_ahead), no
 // communication needed, so dloss = (data-parallel ranks) / (answer tokens in the step).
 #pragma once
 
-#include "../task.h"
-#include "../sft.h"
+#include "task.h"
+#include "../data/sft_shards.h"
 
 typedef struct {
     SFTLoader train, val;

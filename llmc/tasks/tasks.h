@@ -3,7 +3,7 @@
 // llmc/tasks/ with an init function, and one line in TASKS below.
 #pragma once
 
-#include "../task.h"
+#include "task.h"
 #include "pretrain.h"
 #include "sft.h"
 #include "rlvr.h"

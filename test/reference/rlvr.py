@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch fp32 reference for the RLVR loss (llmc/rlvr.h), written from the definitions.
+"""PyTorch fp32 reference for the RLVR loss (llmc/tasks/rlvr_rollouts.h), written from the definitions.
 
 Reads the policy (model.bin), the frozen reference model (ref_model.bin) and a rollout case
 (rows of prompt + sampled completion tokens, one reward per row, the advantage mode and the

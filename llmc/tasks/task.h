@@ -1,14 +1,14 @@
 // A training task: where a step's tokens and per-token loss weights come from, how the model
 // is evaluated, and what is reported after each step (doc/training-tasks.md). The trainer
 // (train_gpt2.cu) knows only this interface; each task is one file under llmc/tasks/:
-//   pretrain  [X] -> model -> [X_log]: cross-entropy on every next token (llmc/data.h)
+//   pretrain  [X] -> model -> [X_log]: cross-entropy on every next token (llmc/data/token_shards.h)
 //   sft       [X, Y] -> model -> [X_log, Y_log]: cross-entropy on the answer tokens Y only
 //   rlvr      [X] -> model -> sampled Y -> reward r: policy gradient -A(r) * log p(Y)
 //
 // One optimizer step asks the task, in this order:
 //   begin_step(step)  -> dloss: fetch (or generate) this step's n micro-batches, return the
 //                      loss scale that makes the sum over micro-batches and ranks a mean
-//   micro[i]          the micro-batches (host arrays), read by the step (llmc/step.h) in any order
+//   micro[i]          the micro-batches (host arrays), read by the step (llmc/train/step.h) in any order
 //   step_loss(loss)   the loss to print (RLVR with a KL penalty prints its own objective)
 //   report(step)      lines after the step line (RLVR: reward, accuracy, ...; its metrics file)
 // and, every --eval-every steps, val_loss (combined over ranks) for task_evaluate, which adds
@@ -18,16 +18,16 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "common.h"
-#include "gpt2.h"
-#include "tokenizer.h"
+#include "../common.h"
+#include "../model/gpt2.h"
+#include "../data/tokenizer.h"
 #include "eval.h"
-#include "step.h"
-#include "log.h"
-#include "train_args.h"
-#include "parallel/plan.h"
+#include "../train/step.h"
+#include "../train/log.h"
+#include "../train/train_args.h"
+#include "../parallel/plan.h"
 
-// Where a run stands, as text key -> value: what the training state (llmc/train_state.h)
+// Where a run stands, as text key -> value: what the training state (llmc/train/train_state.h)
 // saves besides the tensors, and gives back on --resume. Every value is the same on every rank
 // (the data loaders' positions are global, the RL baseline is computed from gathered rewards),
 // so rank 0 writes it once.

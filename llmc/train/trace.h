@@ -16,7 +16,7 @@
 #include <mutex>
 #include <string>
 #include <vector>
-#include "common.h"
+#include "../common.h"
 
 typedef struct {
     std::string name;

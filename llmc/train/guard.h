@@ -4,7 +4,7 @@
 //                        fails with EFBIG and is reported, instead of killing the process
 //                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
 //                        --fault read, and with --comm-timeout the watchdog started
-//   (the output paths, checked before any work, are llmc/outputs.h's)
+//   (the output paths, checked before any work, are llmc/train/outputs.h's)
 //   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
 //                        model, the faults the tests inject (nan, hang, kill), and the
 //                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK
@@ -18,7 +18,7 @@
 // forever. Each rank runs a watchdog thread. The main thread marks its progress at each step's
 // start and end (it started step s, it ended step s), and inside a step at each of the model's
 // hook events (a micro-batch starts, a block's forward or backward begins: a table of hooks in
-// the model's chain, llmc/hooks.h); when the main threads have not moved for T seconds, one
+// the model's chain, llmc/model/hooks.h); when the main threads have not moved for T seconds, one
 // watchdog ends the job with one line naming the rank that stopped answering. To know which
 // one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
 // (non-blocking sends and receives on a communicator of their own, polled with MPI_Test, so a
@@ -29,7 +29,7 @@
 // so their counts compare; pipeline stages run different passes, and only steps compare there. Or
 // it is the one whose heartbeats stopped (the whole process is frozen). A rank that hangs at the
 // same event as the others (inside a collective they all entered) cannot be told from the ones
-// waiting for it, and the line says so. One verdict for the job (llmc/watchdog.h): the lowest rank
+// waiting for it, and the line says so. One verdict for the job (llmc/train/watchdog.h): the lowest rank
 // the verdict does not name, of those waiting too, prints it; the others, which mostly reach the
 // same one, stay silent while mpirun ends them; a rank that was itself stopped (SIGSTOP: it gets SIGCONT, or its watchdog
 // looks late) accuses no one; a rank whose heartbeats stopped during the wait stays the frozen one
@@ -46,14 +46,14 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include "common.h"
-#include "gpt2.h"
+#include "../common.h"
+#include "../model/gpt2.h"
 #include "train_args.h"
-#include "parallel/plan.h"
+#include "../parallel/plan.h"
 #include "watchdog.h"
 
 enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL, FAULT_STALL };
-// the model's hook events (llmc/hooks.h) the watchdog counts inside a step, and the last one's kind
+// the model's hook events (llmc/model/hooks.h) the watchdog counts inside a step, and the last one's kind
 enum { AT_MICRO = 1, AT_FORWARD, AT_BLOCK_FORWARD, AT_BACKWARD, AT_BLOCK_BACKWARD, AT_BACKWARD_END };
 
 typedef struct Guard {
@@ -166,7 +166,7 @@ static inline void guard_watchdog(Guard* g) {
     const double poll = 0.05;
     int me = g->rank, n = g->world_size;
     std::vector<Heartbeat> peer(n, Heartbeat{}), sendbuf(n, Heartbeat{}), recvbuf(n, Heartbeat{});
-    Watch w;   // when each rank was last heard, whether this one was stopped, who speaks (llmc/watchdog.h)
+    Watch w;   // when each rank was last heard, whether this one was stopped, who speaks (llmc/train/watchdog.h)
     watch_init(&w, n, g->timeout, wall_seconds());
 #ifdef USE_MPI
     const double beat = 0.25;
@@ -421,7 +421,7 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     g->hb = MPI_COMM_NULL;
     g->stop.store(0);
     if (g->timeout <= 0) { return; }
-    struct sigaction cont = {};   // the watchdog's witness that this process was stopped (llmc/watchdog.h)
+    struct sigaction cont = {};   // the watchdog's witness that this process was stopped (llmc/train/watchdog.h)
     cont.sa_handler = watch_on_sigcont;
     cont.sa_flags = SA_RESTART;
     sigaction(SIGCONT, &cont, NULL);
@@ -497,7 +497,7 @@ static inline std::string guard_first_nonfinite(Plan* plan) {
 
 // After the update and the step's loss: every rank has the same loss and norm, so every rank
 // takes the same branch (the search for the tensor is collective). scaled_overflow: the loss
-// scaler skipped the step for its overflowing gradients (llmc/loss_scale.h), which is no failure.
+// scaler skipped the step for its overflowing gradients (llmc/train/loss_scale.h), which is no failure.
 static inline void guard_step_end(Guard* g, int step, float loss, float norm, int scaled_overflow) {
     guard_mark(g, 2LL * step + 2);
     const TrainArgs* a = g->args;

@@ -5,11 +5,11 @@
 #pragma once
 
 #include <vector>
-#include "common.h"
-#include "gpt2.h"
-#include "data.h"
-#include "sampler.h"
-#include "generate.h"
+#include "../common.h"
+#include "../model/gpt2.h"
+#include "../data/token_shards.h"
+#include "../model/sampler.h"
+#include "../model/generate.h"
 
 typedef struct {
     std::vector<int> prompt;   // eot, digits, operator, digits, '='
@@ -44,7 +44,7 @@ static inline std::vector<ArithExample> arith_load_examples(const char* pattern,
     return out;   // empty when the shard holds no "a+b=c" documents
 }
 
-// Greedy completion of every prompt: generate() with a KV cache (llmc/generate.h), all
+// Greedy completion of every prompt: generate() with a KV cache (llmc/model/generate.h), all
 // prompts' tokens prefilled at once (different lengths, no padding), then one token per
 // unfinished row per step. A row stops after '\n' or end-of-text, after max_new tokens, or
 // when prompt + completion reach the model's context (the activations' T when they are

@@ -5,7 +5,7 @@
 // tinyshakespeare uses GPT-2's 50257 BPE tokens. Both are written by dev/data/.
 #pragma once
 
-#include "common.h"
+#include "../common.h"
 
 #define TOKENIZER_MAGIC 20240328
 

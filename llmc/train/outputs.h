@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <string>
 #include <vector>
-#include "common.h"
+#include "../common.h"
 #include "train_args.h"
 
 // ---------------------------------------------------------------------------------------

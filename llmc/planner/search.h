@@ -1,6 +1,6 @@
 // The planner: which mesh, for this model, batch and machine? (The lecture's slides on
 // parallelism strategies, "Deciding on parallelism strategy".) It never runs a step: for every candidate it builds a dry model (the
-// shapes only, llmc/gpt2.h's gpt2_shape_shard) at every place of the mesh and asks the same
+// shapes only, llmc/model/gpt2.h's gpt2_shape_shard) at every place of the mesh and asks the same
 // functions the trainer prints its memory tables and byte counts with.
 //
 //   flags ──> candidates: dp x pp x cp x tp = devices (ep | dp for an MoE), ZeRO 0-3, --sp,
@@ -38,14 +38,14 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "../gpt2.h"
-#include "../train_args.h"
-#include "mesh.h"
-#include "dp.h"
-#include "tp.h"
-#include "pp.h"
-#include "cp.h"
-#include "ep.h"
+#include "../model/gpt2.h"
+#include "../train/train_args.h"
+#include "../parallel/mesh.h"
+#include "../parallel/dp.h"
+#include "../parallel/tp.h"
+#include "../parallel/pp.h"
+#include "../parallel/cp.h"
+#include "../parallel/ep.h"
 
 // ---------------------------------------------------------------------------------------
 // What is predicted, and what --plan-check measures: per rank, bytes of memory per category and
@@ -140,7 +140,7 @@ static inline DPConfig dp_config_from_args(const TrainArgs* a, int pipeline, int
     DPConfig cfg = {a->dp_mode, a->zero, a->offload, strcmp(a->comm_algo, "ring") == 0, a->ps_servers, a->bucket_mb, ShardGroup{},
                     pipeline, experts,
                     a->qwz, a->hpz, a->qgz,   // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
-                    a->comm_chunk_kb, strcmp(a->comm_order, "priority") == 0,   // layer-wise scheduling (dp_sched.h)
+                    a->comm_chunk_kb, strcmp(a->comm_order, "priority") == 0,   // layer-wise scheduling (dp_priority.h)
                     a->ps_async, a->staleness_bound,                            // (a)synchronous server (dp_ps_async.h)
                     a->straggler && strncmp(a->straggler, "hold:", 5) == 0 ? atoi(a->straggler + 5) : -1,
                     a->compress, strcmp(a->error_feedback, "on") == 0};         // compression (dp_compress.h)
@@ -162,7 +162,7 @@ static inline std::vector<int> pp_split_parse(const char* text) {
     return split;
 }
 
-// Which shard of the model the rank at `coord` of a dp x pp x cp x tp mesh holds (llmc/params.h)
+// Which shard of the model the rank at `coord` of a dp x pp x cp x tp mesh holds (llmc/model/params.h)
 static inline GPT2Place place_at(const TrainArgs* a, const GPT2Config* cfg, const int size[4], const int coord[4],
                                  const std::vector<int>& split) {
     GPT2Place p = gpt2_place_whole(cfg);

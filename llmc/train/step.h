@@ -1,4 +1,4 @@
-// The step: in what order the forward and backward pieces (llmc/gpt2.h) run over the
+// The step: in what order the forward and backward pieces (llmc/model/gpt2.h) run over the
 // micro-batches of one optimizer step. One of the three extension points of
 // doc/architecture.md: a pipeline schedule replaces it (GPipe, 1F1B, ...), the ops and the
 // placement hooks stay as they are.
@@ -15,7 +15,7 @@
 // micro-batches of (loss sum x dloss): the mean loss of this rank's share of the step.
 #pragma once
 
-#include "gpt2.h"
+#include "../model/gpt2.h"
 #include "trace.h"
 
 typedef struct {
@@ -43,7 +43,7 @@ typedef struct {
 static inline float step_one_micro_batch(GPT2* model, const MicroBatch* mb, float dloss) {
     double tf = trace_now();
     gpt2_forward(model, mb->inputs, mb->B, mb->T);
-    // the mean loss: dloss carries the loss scale S (llmc/loss_scale.h), the loss returned does not
+    // the mean loss: dloss carries the loss scale S (llmc/train/loss_scale.h), the loss returned does not
     float loss = gpt2_classifier(model, mb->targets, mb->weights, dloss, 1) * (dloss / model->loss_scale);
     loss += gpt2_aux_loss(model, 0) / (model->moe ? model->moe->micro_n : 1);   // MoE: the load-balancing loss, a mean over the step
     trace_event("forward", 0, tf);

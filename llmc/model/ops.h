@@ -1,11 +1,11 @@
 // The ops: HOW each sublayer of GPT-2 is computed. One of the three extension points of
-// doc/architecture.md (the others: the placement hooks of llmc/gpt2.h, where weights and
-// gradients live; the step of llmc/step.h, the order of the passes).
+// doc/architecture.md (the others: the placement hooks of llmc/model/gpt2.h, where weights and
+// gradients live; the step of llmc/train/step.h, the order of the passes).
 //
 //   x ──ln1──> [linear QKV] ──> [attention] ──> [linear ATTPROJ] ──(+x)──ln2──> [mlp] ──(+)──>
 //   tokens ──> [embedding] ──> blocks ──> lnf ──> [linear LM_HEAD] ──> [classifier] ──> loss
 //
-// The passes (llmc/gpt2.h) call every bracketed sublayer through model->ops; the default
+// The passes (llmc/model/gpt2.h) call every bracketed sublayer through model->ops; the default
 // entries below are today's kernels on the whole layer. A strategy replaces entries, never the
 // passes:
 //   tensor/sequence parallelism  linear (column-parallel QKV/FC with f, row-parallel ATTPROJ/
@@ -15,7 +15,7 @@
 //   generation (generate.h)      attention (over the KV cache)
 // An op sees where it is called (OpAt: the model, the micro-batch slot, the layer, B and T) and
 // this rank's LOCAL sizes: with tp ranks the QKV linear has 3C/tp outputs, attention NH/tp
-// heads, the MLP 4C/tp hidden units (llmc/params.h's shard rules). Tokens: T is the micro-batch's
+// heads, the MLP 4C/tp hidden units (llmc/model/params.h's shard rules). Tokens: T is the micro-batch's
 // sequence length, which attention and the tensor-parallel region inside the sublayers see; Ts is
 // the part of it the residual stream holds on this rank (T, or T/tp under sequence parallelism).
 // An entry's input and output on the residual stream (the embedding's output, a linear's input
@@ -27,14 +27,14 @@
 // calls model->ops.linear, so a tensor-parallel linear also parallelises the default MLP.
 #pragma once
 
-#include "common.h"
-#include "backend.h"
+#include "../common.h"
+#include "../backend.h"
 #include "params.h"
 
 struct GPT2;
 typedef struct {
     struct GPT2* model;
-    int slot;        // micro-batch slot (llmc/gpt2.h): whose saved activations
+    int slot;        // micro-batch slot (llmc/model/gpt2.h): whose saved activations
     int layer;       // global layer index, -1 outside the blocks
     int B, T;        // micro-batch: B sequences of T tokens
     int Ts;          // tokens per sequence on this rank's residual stream (T, or T/tp with SP)
@@ -137,4 +137,4 @@ static inline void op_logits_row_to_host(void* ctx, const OpAt* at, const floatX
     convert_floatX_to_float(scratch, logits + (size_t)row * Vp, Vp);   // no allocation per call
     copy_device_to_host(out, scratch, (size_t)Vp * sizeof(float));
 }
-// op_mlp_forward / op_mlp_backward call the model's linear entries: llmc/gpt2.h defines them
+// op_mlp_forward / op_mlp_backward call the model's linear entries: llmc/model/gpt2.h defines them

@@ -26,7 +26,7 @@
 // has its own prompt right before it; what it costs is a little attention to unrelated
 // context, while it saves the padding (and the attention-mask kernels) of one example per row.
 //
-// Data parallelism, as in llmc/data.h: a global micro-batch is nranks*B consecutive rows and
+// Data parallelism, as in llmc/data/token_shards.h: a global micro-batch is nranks*B consecutive rows and
 // rank r takes rows r*B .. r*B+B-1 of it, so the ranks together read exactly what one rank
 // with batch nranks*B reads. When fewer than nranks*B rows are left, the next global
 // micro-batch starts again at row 0 (the tail rows are skipped in that pass). Since the loss is
@@ -38,9 +38,9 @@
 #include <algorithm>
 #include <vector>
 #include <string>
-#include "common.h"
-#include "data.h"
-#include "rand.h"
+#include "../common.h"
+#include "token_shards.h"
+#include "../rand.h"
 
 #define SFT_MASK_MAGIC 20241123
 #define SFT_MASK_VERSION 1

@@ -6,7 +6,7 @@
 //                                  tensor's place and split rule, every other file's size and
 //                                  CRC-32, and last a line with the CRC-32 of the lines before it
 //   DIR/step-00000005/position     where the run stands: step, the sampling RNG, the task's data
-//                                  position (llmc/task.h: Position)
+//                                  position (llmc/tasks/task.h: Position)
 //   DIR/step-00000005/log          the --log lines written so far (and metrics: the --metrics CSV)
 //   DIR/step-00000005/rank-00003.bin   rank 3's shard: parameters, master weights, AdamW m and v
 //
@@ -36,7 +36,7 @@
 // indices, and keeps what its own place (tp shard, stage, experts) and its own segments
 // (ZeRO block, server slice) need: resharding is the same code as resuming. Cost: each rank
 // reads the whole state once (16 bytes per parameter with master weights, 12 without).
-// (llmc/state.h is the single-file optimizer state of one whole model, used by test_gpt2.)
+// (test/optimizer_state.h is the single-file optimizer state of one whole model, used by test_gpt2.)
 #pragma once
 
 #include <dirent.h>
@@ -44,12 +44,12 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "common.h"
-#include "gpt2.h"
+#include "../common.h"
+#include "../model/gpt2.h"
 #include "train_args.h"
-#include "task.h"
+#include "../tasks/task.h"
 #include "loss_scale.h"
-#include "parallel/plan.h"
+#include "../parallel/plan.h"
 
 #define TRAIN_STATE_MAGIC 20261123
 #define TRAIN_STATE_FORMAT 1
@@ -64,7 +64,7 @@ typedef struct { uint64_t full, n; } StateRun;   // elements [full, full + n) of
 // Runs of the full model holding elements [a, a + n) of tensor i's local shard, in local order.
 // A local row (the innermost dimension, cols/tp of them for a row-split tensor) is contiguous
 // in the full tensor; neighbouring rows merge when they are neighbours there too (all of a
-// whole tensor is one run). The padding rows of a vocab shard past Vp (llmc/params.h:
+// whole tensor is one run). The padding rows of a vocab shard past Vp (llmc/model/params.h:
 // tp_vocab_rows) have no place in the full model and get no run: they are the shard's last
 // rows, so the runs hold the first (returned) count of the n elements, and the rest is padding,
 // zero, neither written nor read.
@@ -107,7 +107,7 @@ typedef struct {
 static inline std::vector<StateSegment> state_segments(Plan* plan) {
     GPT2* m = plan->model;
     if (!plan->use_dp && m->m_memory == NULL) { gpt2_allocate_optimizer(m); }   // as the first update would
-    if (plan->use_dp) { dp_settle(&plan->dp); }   // the layer-wise pulls (dp_sched.h) in place before anything is read or written
+    if (plan->use_dp) { dp_settle(&plan->dp); }   // the layer-wise pulls (dp_priority.h) in place before anything is read or written
     std::vector<OptSegment> segs = plan_opt_segments(plan);
     std::vector<StateSegment> out;
     if (!plan->use_dp) {   // one rank: it writes everything
@@ -497,7 +497,7 @@ typedef struct {
 } TrainState;
 
 // The model: from the state with --resume (its shape, its parameters cut to this rank's place),
-// else as the flags say (llmc/train_args.h).
+// else as the flags say (llmc/train/train_args.h).
 static inline void train_state_model(GPT2* model, const TrainArgs* a, PlaceFn place, void* ctx) {
     if (!a->resume) { gpt2_from_args(model, a, place, ctx); return; }
     Manifest mf = manifest_read(a->resume);

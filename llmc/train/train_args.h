@@ -1,14 +1,14 @@
 // The trainer's command line: every flag, its default and its help, and the checks that need no
-// file (llmc/args.h is the parser). The model, the mesh and the task each check the rest
+// file (llmc/train/flag_parser.h is the parser). The model, the mesh and the task each check the rest
 // where they are built, with a message that names the flag.
 #pragma once
 
 #include <string.h>
-#include "args.h"
-#include "backend.h"
-#include "rlvr.h"
-#include "checkpoint.h"
-#include "parallel/pp_schedule.h"
+#include "flag_parser.h"
+#include "../backend.h"
+#include "../tasks/rlvr_rollouts.h"
+#include "../model/checkpoint.h"
+#include "../parallel/pp_schedule.h"
 
 typedef struct {
     const char* model;
@@ -59,36 +59,36 @@ typedef struct {
     const char* reward;
     float kl;
     const char* metrics;
-    // training state and failures (llmc/train_state.h, llmc/guard.h)
+    // training state and failures (llmc/train/train_state.h, llmc/train/guard.h)
     const char* save_state;     // directory of the sharded training state
     int save_state_every;       // steps between saves (0: only at the end)
     const char* resume;         // continue the run saved in this directory
     int exit_after;             // stop after this step, as a pre-empted job would (0: never)
     float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
     const char* on_nan;         // stop or skip
-    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/guard.h)
+    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/train/guard.h)
     // precision and memory (doc/precision.md, doc/memory.md)
     const char* precision;      // fp32, bf16 or fp16 (NULL: the build's own: fp32 on the CPU, bf16 on CUDA)
-    const char* loss_scale;     // off, dynamic, or a fixed scale (llmc/loss_scale.h)
+    const char* loss_scale;     // off, dynamic, or a fixed scale (llmc/train/loss_scale.h)
     float loss_scale_init;      // dynamic: the first scale
     int loss_scale_window;      // dynamic: clean steps before the scale doubles
-    const char* fp8;            // off, current or delayed scaling (llmc/fp8.h)
+    const char* fp8;            // off, current or delayed scaling (llmc/model/fp8.h)
     int fp8_history;            // delayed scaling: steps of amax history
-    const char* recompute;      // none, selective or full (llmc/gpt2.h)
+    const char* recompute;      // none, selective or full (llmc/model/gpt2.h)
     int qwz;                    // ZeRO++: block-wise int8 weight all-gather
     int hpz;                    // ZeRO++: secondary weight partition over groups of this many ranks (0: off)
     int qgz;                    // ZeRO++: gradient reduce-scatter quantised to 4 or 8 bits (0: off)
     // the parameter server's optimisations (doc/parameter-server.md)
     int comm_chunk_kb;          // layer-wise scheduling: push/pull and all-reduce in chunks of this many KiB (0: whole buffers)
-    const char* comm_order;     // fifo or priority: the order the chunks go in (llmc/parallel/dp_sched.h)
+    const char* comm_order;     // fifo or priority: the order the chunks go in (llmc/parallel/dp_priority.h)
     int ps_async;               // asynchronous parameter server: every push applied as it comes (llmc/parallel/dp_ps_async.h)
     const char* staleness;      // stale synchronous parallel: a worker at most S steps ahead of the slowest (NULL: off)
     int staleness_bound;        // --staleness parsed (-1: not given)
-    const char* straggler;      // RANK:MS, random:MS or hold:RANK: a slow worker (llmc/guard.h)
+    const char* straggler;      // RANK:MS, random:MS or hold:RANK: a slow worker (llmc/train/guard.h)
     const char* ps_log;         // the asynchronous server's log: one line per applied update (NULL: none)
     const char* compress;       // none, topk:R, randk:R, qsgd:B or sign (llmc/parallel/dp_compress.h)
     const char* error_feedback; // on or off: keep what compression did not send for the next step
-    // the planner (llmc/parallel/planner.h, doc/choosing-a-strategy.md)
+    // the planner (llmc/planner/search.h, doc/choosing-a-strategy.md)
     const char* plan;           // all: rank every mesh for --devices; this: the flags' own mesh, every rank's figures (NULL: train)
     const char* mesh;           // auto: the planner picks the mesh for the ranks mpirun started (NULL: the flags' mesh)
     int devices, per_node;      // --plan: devices, and devices per node (0: the machine's)
@@ -288,7 +288,7 @@ static inline void train_args_check_unused(const TrainArgs* a) {
 }
 
 // Every check that needs no file, on flags already parsed: the trainer runs it once; the planner
-// (llmc/parallel/planner.h) runs it on each candidate's flags, under die_trap_run
+// (llmc/planner/search.h) runs it on each candidate's flags, under die_trap_run
 static inline void train_args_check(TrainArgs* a) {
     struct { const char* name; int value; } positive[] = {
         {"batch", a->batch}, {"seq", a->seq}, {"grad-accum", a->grad_accum}, {"steps", a->steps},
@@ -302,7 +302,7 @@ static inline void train_args_check(TrainArgs* a) {
     for (auto& p : non_negative) { if (p.value < 0) { die("--%s must be >= 0, got %d", p.name, p.value); } }
     // Upper bounds: beyond them a count overflows, a table or a pool of threads cannot be built, or
     // a wait never ends. (A shape the memory cannot hold is refused where the model is built,
-    // before it is allocated: llmc/gpt2.h, gpt2_check_fits; the model's own limits are there too.)
+    // before it is allocated: llmc/model/gpt2.h, gpt2_check_fits; the model's own limits are there too.)
     static const long cores = sysconf(_SC_NPROCESSORS_ONLN);   // once: the planner runs these checks per candidate
     struct { const char* name; double value, most; const char* why; } most[] = {
         {"threads", (double)a->threads, (double)std::max(256L, cores), "more threads than cores only wait for each other"},
@@ -422,7 +422,7 @@ static inline void train_args_check(TrainArgs* a) {
     if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
     if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
     if (!(a->comm_timeout >= 0.0f)) { die("--comm-timeout must be >= 0 seconds, got %g", a->comm_timeout); }
-    if (a->comm_timeout > 0.0f && a->comm_timeout < 1.0f) {   // the watchdogs trade marks every 0.25 s (llmc/guard.h)
+    if (a->comm_timeout > 0.0f && a->comm_timeout < 1.0f) {   // the watchdogs trade marks every 0.25 s (llmc/train/guard.h)
         die("--comm-timeout %g s is shorter than the 1 s the watchdog needs to hear from the other ranks (0 = wait forever)",
             a->comm_timeout);
     }
@@ -489,7 +489,7 @@ static inline void train_args_check(TrainArgs* a) {
 
 // --comm-chunk-kb/--comm-order, --ps-async/--staleness/--straggler, --compress/--error-feedback
 // (doc/parameter-server.md). A straggler rank that does not exist is checked once the world
-// size is known (llmc/guard.h).
+// size is known (llmc/train/guard.h).
 static inline void train_args_check_ps(TrainArgs* a) {
     if (a->comm_chunk_kb < 0) { die("--comm-chunk-kb must be >= 0 KiB (0 = whole buffers), got %d", a->comm_chunk_kb); }
     if (strcmp(a->comm_order, "fifo") != 0 && strcmp(a->comm_order, "priority") != 0) {
@@ -602,7 +602,7 @@ static inline void train_args_check_ps(TrainArgs* a) {
 typedef GPT2Place (*PlaceFn)(void* ctx, const GPT2Config* cfg);
 
 // The model's shape the flags ask for (every check of them): a checkpoint's (--load; *version
-// its format) or a preset's with overrides. The planner (llmc/parallel/planner.h) needs no more.
+// its format) or a preset's with overrides. The planner (llmc/planner/search.h) needs no more.
 static inline GPT2Config gpt2_config_from_args(const TrainArgs* a, int* version) {
     if (a->load) {
         if (a->layers || a->heads || a->channels || a->max_seq || a->vocab) {

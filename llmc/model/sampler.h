@@ -4,7 +4,7 @@
 
 #include <vector>
 #include <algorithm>
-#include "rand.h"
+#include "../rand.h"
 
 static inline int sample_argmax(const float* logits, int V) {
     int best = 0;

@@ -1,7 +1,7 @@
 // The placement hooks: WHERE weights and gradients live and WHEN they are ready, like
 // PyTorch's module hooks. One of the three extension points of doc/architecture.md (the others:
-// the ops of llmc/ops.h, how a sublayer is computed; the step of llmc/step.h, the order of the
-// passes). The passes (llmc/gpt2.h) raise the events; data parallelism's modes
+// the ops of llmc/model/ops.h, how a sublayer is computed; the step of llmc/train/step.h, the order of the
+// passes). The passes (llmc/model/gpt2.h) raise the events; data parallelism's modes
 // (llmc/parallel/dp_*.h) install tables of hooks that answer them:
 //
 //   micro_begin(i, n)             the i-th of the step's n micro-batches starts (in run order):
@@ -21,7 +21,7 @@
 // one before left. A NULL entry is skipped.
 #pragma once
 
-#include "common.h"
+#include "../common.h"
 #include "params.h"
 
 typedef struct {

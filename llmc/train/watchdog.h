@@ -1,4 +1,4 @@
-// What a rank's --comm-timeout watchdog (llmc/guard.h) knows besides the marks: when it last heard
+// What a rank's --comm-timeout watchdog (llmc/train/guard.h) knows besides the marks: when it last heard
 // each other rank, whether this rank was itself stopped, and which rank prints the verdict.
 // Three rules make a job end with one verdict, printed once:
 //   1. A rank that was not running knows it: it got SIGCONT (which continues a stopped process),
@@ -28,7 +28,7 @@
 #include <atomic>
 #include <vector>
 
-// A heartbeat: {step mark, hook events in the step, last event, flags} (see Guard in llmc/guard.h)
+// A heartbeat: {step mark, hook events in the step, last event, flags} (see Guard in llmc/train/guard.h)
 typedef std::array<long long, 4> Heartbeat;
 // flags: WATCH_SPOKE this rank printed the verdict and is ending the job; WATCH_WAITING its main
 // thread made no progress for half the timeout; WATCH_DONE its steps are done, the watchdog stopped

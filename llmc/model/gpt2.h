@@ -9,22 +9,22 @@
 //   x = x + mlp( ln2(x) ),   mlp(h) = fcproj( gelu( fc(h) ) )
 // and around the blocks: x = wte[tokens] + wpe[positions] ... logits = lnf(x) @ wte^T (tied).
 //
-// The passes come in pieces a schedule calls on its own (llmc/step.h), each on a micro-batch
+// The passes come in pieces a schedule calls on its own (llmc/train/step.h), each on a micro-batch
 // SLOT (a pipeline keeps several micro-batches in flight; the default step uses slot 0):
 //   forward:   gpt2_set_batch, gpt2_forward_begin, gpt2_embed_forward, gpt2_block_forward(l)...,
 //              gpt2_head_forward, gpt2_head_loss
 //   backward:  gpt2_backward_begin, gpt2_head_backward, gpt2_block_backward(l)... (last first),
 //              gpt2_embed_backward, gpt2_backward_end
 // gpt2_forward / gpt2_classifier / gpt2_backward are these pieces in order (one micro-batch).
-// Sublayers run through model->ops (llmc/ops.h); where the weights and gradients live is up to
-// the placement hooks (llmc/hooks.h); the table (llmc/params.h) says which shard this rank holds.
+// Sublayers run through model->ops (llmc/model/ops.h); where the weights and gradients live is up to
+// the placement hooks (llmc/model/hooks.h); the table (llmc/model/params.h) says which shard this rank holds.
 #pragma once
 
 #include <string.h>
 #include <vector>
-#include "common.h"
-#include "backend.h"
-#include "rand.h"
+#include "../common.h"
+#include "../backend.h"
+#include "../rand.h"
 #include "params.h"
 #include "ops.h"
 #include "hooks.h"
@@ -34,7 +34,7 @@
 // one per layer of a slot: the stage's layers, or with an interleaved pipeline one chunk's, a
 // slot then holding one micro-batch on one chunk). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp, and
 // the residual stream's tensors hold Ts tokens per sequence (T/tp under sequence parallelism:
-// the layernorms, residual adds and what they read split along the sequence; llmc/ops.h).
+// the layernorms, residual adds and what they read split along the sequence; llmc/model/ops.h).
 
 #define GPT2_MAX_SLOTS 64
 
@@ -111,7 +111,7 @@ typedef struct {
 
 typedef struct GPT2 {
     GPT2Config config;
-    GPT2Place place;                              // this rank's shard (llmc/params.h)
+    GPT2Place place;                              // this rank's shard (llmc/model/params.h)
     ParamInfo param_info[NUM_PARAMETER_TENSORS];  // local shapes and offsets
     ParamInfo full_info[NUM_PARAMETER_TENSORS];   // the whole model's (the checkpoint's layout)
     size_t num_parameters;                        // local
@@ -128,7 +128,7 @@ typedef struct GPT2 {
     float* master_memory;       // fp32 master weights (only when floatX is narrower: CUDA bf16)
     int step;                   // AdamW t (number of updates done)
     int skip_nonfinite;         // --on-nan skip: an update whose gradient norm is not finite does nothing
-    float loss_scale;           // S: the gradients hold S x the loss's gradient (llmc/loss_scale.h); 1 without scaling
+    float loss_scale;           // S: the gradients hold S x the loss's gradient (llmc/train/loss_scale.h); 1 without scaling
     // activations: num_slots sets, each for up to max_B x max_T tokens
     int max_B, max_T, num_slots;
     ActivationTensors acts[GPT2_MAX_SLOTS];
@@ -147,16 +147,16 @@ typedef struct GPT2 {
     int* positions;             // device (max_B, max_T): the positions of this rank's tokens, the same in
                                 // every sequence (context parallelism's part of it), or NULL: 0..T-1
     // the extension points
-    GPT2Ops ops;                // how sublayers are computed (llmc/ops.h)
-    HookChain hooks;            // where weights and gradients live (llmc/hooks.h)
+    GPT2Ops ops;                // how sublayers are computed (llmc/model/ops.h)
+    HookChain hooks;            // where weights and gradients live (llmc/model/hooks.h)
     ParameterTensors root, root_grads;  // the root tensors of the pass in flight (after the hooks)
-    struct MoE* moe;            // mixture of experts (llmc/moe.h): routing state and buffers, NULL when dense
+    struct MoE* moe;            // mixture of experts (llmc/model/moe.h): routing state and buffers, NULL when dense
 } GPT2;
 
 #include "moe.h"   // the MoE block's MLP (needs GPT2)
 
 // ---------------------------------------------------------------------------------------
-// Placement hooks (llmc/hooks.h): installing and removing a table
+// Placement hooks (llmc/model/hooks.h): installing and removing a table
 
 static inline void gpt2_add_hooks(GPT2* model, const GPT2Hooks* h) { hooks_add(&model->hooks, h); }
 static inline void gpt2_remove_hooks(GPT2* model, void* ctx) { hooks_remove(&model->hooks, ctx); }
@@ -168,7 +168,7 @@ static inline void gpt2_micro_begin(GPT2* model, int i, int n) {
 // ---------------------------------------------------------------------------------------
 // The default MLP entries: fc -> GELU -> fcproj through the model's linear entries.
 
-// An MoE block's MLP is the experts (llmc/moe.h), all on this rank.
+// An MoE block's MLP is the experts (llmc/model/moe.h), all on this rank.
 static const MoEExchange MOE_ONE_RANK = {NULL, 1, 0, NULL, NULL};
 
 static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const floatX* inp, const BlockWeights* w,
@@ -219,7 +219,7 @@ static inline int gpt2_local_attn(const GPT2* m) { return m->config.channels / m
 static inline int gpt2_local_hidden(const GPT2* m) { return 4 * m->config.channels / m->place.tp; }
 static inline int gpt2_local_vocab(const GPT2* m) { return tp_vocab_rows(m->config.padded_vocab_size, m->place.tp); }
 // The run's padded vocabulary: the width of a whole row of logits, tp x the local vocabulary.
-// It is Vp, except where tp does not divide Vp: then the shards pad it further (llmc/params.h:
+// It is Vp, except where tp does not divide Vp: then the shards pad it further (llmc/model/params.h:
 // tp_vocab_rows), and checkpoints still hold Vp rows.
 static inline int gpt2_run_vocab(const GPT2* m) { return tp_padded_vocab(m->config.padded_vocab_size, m->place.tp); }
 static inline int gpt2_local_layers(const GPT2* m) { return gpt2_place_num_layers(&m->place); }
@@ -229,7 +229,7 @@ static inline int gpt2_slot_layers(const GPT2* m) { return gpt2_place_chunk_laye
 // Sane limits on a shape, far above every GPT-2 and today's largest models (GPT-3 175B: 96 layers,
 // 12288 channels; DeepSeek-V3: 256 routed experts), below where a count would overflow or a
 // table of layers or experts could not be built. "" when the shape is within them. A checkpoint's
-// header is held to them too (llmc/checkpoint.h).
+// header is held to them too (llmc/model/checkpoint.h).
 static inline std::string gpt2_shape_beyond_limits(const GPT2Config* c) {
     struct { const char* name; int value, most; } limits[] = {
         {"layers", c->num_layers, 1024}, {"heads", c->num_heads, 1024}, {"channels", c->channels, 65536},
@@ -259,7 +259,7 @@ static inline void gpt2_check_config(const GPT2Config* cfg) {
 }
 
 // The model's shape as a rank at `place` holds it, no memory yet: the config, the place, the
-// parameter tables, the ops (and the MoE's routing state). The planner (llmc/parallel/planner.h)
+// parameter tables, the ops (and the MoE's routing state). The planner (llmc/planner/search.h)
 // stops here and asks the formulas; gpt2_build_shard goes on to allocate.
 static inline void gpt2_shape_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
     memset(model, 0, sizeof(*model));
@@ -358,7 +358,7 @@ static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) 
 
 // Activations for `slots` micro-batches of up to B x T tokens each (T <= max_seq_len). With
 // dry = 1 nothing is allocated: only acts_bytes and acts_requested are set, the figures the
-// memory tables print (the planner's dry model, llmc/parallel/planner.h).
+// memory tables print (the planner's dry model, llmc/planner/search.h).
 static inline void gpt2_activations_slots(GPT2* model, int B, int T, int slots, int dry) {
     const GPT2Config* c = &model->config;
     if (T > c->max_seq_len) { die("sequence length %d exceeds the model's maximum %d", T, c->max_seq_len); }
@@ -475,7 +475,7 @@ static inline void gpt2_activations_slots(GPT2* model, int B, int T, int slots, 
     model->max_B = B;
     model->max_T = T;
     model->num_slots = slots;
-    // the MoE blocks' routing and expert activations: their own buffers (llmc/moe.h), sized by capacity
+    // the MoE blocks' routing and expert activations: their own buffers (llmc/model/moe.h), sized by capacity
     if (model->moe) { moe_allocate(model->moe, c, &model->place, B, T, slots, (int)H); }
 }
 static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, int slots) {
@@ -610,7 +610,7 @@ static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
 }
 
 // The block's computation on given weights and activation buffers: the one copy of the block
-// that training (gpt2_block_forward), generation (llmc/generate.h) and full recomputation
+// that training (gpt2_block_forward), generation (llmc/model/generate.h) and full recomputation
 // (gpt2_block_recompute) share. In two pieces: up to ln2 (the attention half), then the MLP.
 static inline void gpt2_block_compute_attention(GPT2* model, const GPT2Ops* ops, const OpAt* at, const BlockWeights* w,
                                                 BlockActs* b) {
@@ -640,7 +640,7 @@ static inline void gpt2_block_compute(GPT2* model, const GPT2Ops* ops, const OpA
 //              writes it; the GELU again on the kept fch
 //   full       the block's forward from its kept input, without the last residual add (residual3
 //              is kept: the next layer's input). An MoE block's MLP is not rerun: its routing
-//              and expert activations live in the MoE's own per-slot buffers (llmc/moe.h), and
+//              and expert activations live in the MoE's own per-slot buffers (llmc/model/moe.h), and
 //              a second routing would count the step's statistics (and the all-to-alls) twice;
 //              its backward needs only ln2, which the attention half rebuilds.
 static inline void gpt2_block_rebuild(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
@@ -660,7 +660,7 @@ static inline void gpt2_block_rebuild(GPT2* model, const OpAt* at, const BlockWe
     if (dense) { gelu_forward(b->fch_gelu, b->fch, (size_t)at->B * at->T * H); }
 }
 // While it runs, model->recomputing tells ops that keep state across calls to replay what the
-// forward did rather than record again (llmc/fp8.h: the forward's scales, no second amax), and
+// forward did rather than record again (llmc/model/fp8.h: the forward's scales, no second amax), and
 // --precision's counters pause (each stored value counted once).
 static inline void gpt2_block_recompute(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
     if (model->recompute == RECOMPUTE_NONE) { return; }

@@ -20,7 +20,7 @@
 //   VOCAB              wte (Vp, C)          vocabulary rows [t Vs, (t+1) Vs)   vocab-parallel
 //                                           Vs = tp_vocab_rows(Vp, tp): Vp/tp, or more (padding)
 //
-// A mixture-of-experts model (llmc/moe.h: --moe-experts E, every N-th block) has two more
+// A mixture-of-experts model (llmc/model/moe.h: --moe-experts E, every N-th block) has two more
 // kinds of layered tensor. The dense MLP's fcw, fcb, fcprojw, fcprojb hold the DENSE blocks
 // only (L - Lm of them); the MoE blocks' tensors, appended after lnfb, hold the Lm MoE blocks:
 //   routerw (Lm, E, C)                                        replicated (every rank routes)
@@ -41,8 +41,8 @@
 #pragma once
 
 #include <string.h>
-#include "common.h"
-#include "backend.h"
+#include "../common.h"
+#include "../backend.h"
 
 typedef struct {
     int max_seq_len;        // maxT: positions the model has embeddings for
@@ -51,7 +51,7 @@ typedef struct {
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
-    // mixture of experts (llmc/moe.h); num_experts 0 = the dense GPT-2 above
+    // mixture of experts (llmc/model/moe.h); num_experts 0 = the dense GPT-2 above
     int num_experts;        // E: experts per MoE block
     int moe_topk;           // k: experts per token
     int moe_every;          // N: block l is an MoE block iff l % N == N - 1

@@ -1,5 +1,5 @@
 // Autoregressive generation with a KV cache, for both backends (host code: it only calls
-// kernels and copy functions, like llmc/gpt2.h).
+// kernels and copy functions, like llmc/model/gpt2.h).
 //
 // Without a cache, generating token s+1 re-runs the whole forward over tokens 0..s: O(s) work
 // per layer and token just to get the one new row of logits. But the keys and values of the
@@ -29,7 +29,7 @@
 #pragma once
 
 #include <vector>
-#include "common.h"
+#include "../common.h"
 #include "gpt2.h"
 #include "sampler.h"
 
@@ -104,7 +104,7 @@ static inline void kvcache_free(KVCache* kv) {
     memset(kv, 0, sizeof(*kv));
 }
 
-// The attention op of generation (llmc/ops.h): store the N tokens' keys and values in the
+// The attention op of generation (llmc/model/ops.h): store the N tokens' keys and values in the
 // cache of the layer in hand, then attend from each query over its row's cached positions.
 static inline void op_attention_cached(void* ctx, const OpAt* at, floatX* out, float* state, const floatX* qkv, int C,
                                        int NH) {

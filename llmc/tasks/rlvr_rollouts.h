@@ -1,5 +1,5 @@
 // RL with verifiable rewards (RLVR): the lecture's third training task.
-//   forward: [X] -> model -> [Y_log] -> sampled Y    (tokens generated one by one, llmc/generate.h)
+//   forward: [X] -> model -> [Y_log] -> sampled Y    (tokens generated one by one, llmc/model/generate.h)
 //   reward:  r = R(Y, Y_true)                         (a verifier: a C++ function, below)
 //   loss:    -A(r) * log p(Y)                         (the policy gradient, REINFORCE)
 // One RL step: take P prompts, sample G completions of each (a "group"), score each with the
@@ -34,10 +34,10 @@
 #include <vector>
 #include <string>
 #include <math.h>
-#include "common.h"
-#include "gpt2.h"
-#include "generate.h"
-#include "sft.h"
+#include "../common.h"
+#include "../model/gpt2.h"
+#include "../model/generate.h"
+#include "../data/sft_shards.h"
 
 // ---- reward functions: R(completion, answer). The completion includes its stop token ('\n'
 // or end-of-text, if it stopped); the answer is the reference completion, ending in '\n'.

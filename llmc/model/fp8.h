@@ -30,8 +30,8 @@
 #pragma once
 
 #include <vector>
-#include "common.h"
-#include "backend.h"
+#include "../common.h"
+#include "../backend.h"
 #include "gpt2.h"
 
 typedef decltype(((GPT2Ops*)0)->linear) LinearEntry;

@@ -9,7 +9,7 @@
 #pragma once
 
 #include <glob.h>
-#include "common.h"
+#include "../common.h"
 
 #define SHARD_MAGIC 20240520
 #define SHARD_HEADER_BYTES (256 * 4)

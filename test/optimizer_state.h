@@ -1,6 +1,6 @@
 // Optimizer training state, so that a run can stop and continue bit-exactly: AdamW's step
 // count and moments m and v, and the fp32 master weights when the backend keeps them (the
-// bf16 build). The parameters themselves go in the model checkpoint (llmc/checkpoint.h);
+// bf16 build). The parameters themselves go in the model checkpoint (llmc/model/checkpoint.h);
 // resuming = gpt2_load_checkpoint + gpt2_load_state.
 //   header: 256 int32 = [20241201, version 1, step, has_master, 0..., then at slots 8..11 the
 //           two size_t opt_offset and opt_count]
@@ -9,8 +9,8 @@
 // "<path>.tmp" and renamed when complete.
 #pragma once
 
-#include "common.h"
-#include "gpt2.h"
+#include "../llmc/common.h"
+#include "../llmc/model/gpt2.h"
 
 #define STATE_MAGIC 20241201
 #define STATE_VERSION 1

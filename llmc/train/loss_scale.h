@@ -24,11 +24,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include "common.h"
-#include "gpt2.h"
+#include "../common.h"
+#include "../model/gpt2.h"
 
 typedef struct {
-    int on;            // 0: --loss-scale off (S = 1, an overflow is a failure, llmc/guard.h)
+    int on;            // 0: --loss-scale off (S = 1, an overflow is a failure, llmc/train/guard.h)
     int dynamic;       // halve on overflow, double after `window` clean steps
     float scale;       // S
     int window;        // clean steps before S doubles

@@ -1,7 +1,7 @@
 // Mixture of experts: the MLP of every N-th block becomes E expert MLPs and a router that sends
 // each token to k of them (Shazeer et al. 2017; GShard; Switch Transformer, k = 1). The lecture
 // "LLM Pre-training and Beyond", slide "Expert Parallelism applied on Mixture-of-Experts".
-// Included by llmc/gpt2.h (it needs GPT2).
+// Included by llmc/model/gpt2.h (it needs GPT2).
 //
 //                    router: p = softmax(x Wr^T)         top-k experts, gates g
 //   x (B T, C) ──┬──> [ e = argtop_k p ] ──> dispatch: each kept (token, choice) row goes to its
@@ -44,8 +44,8 @@
 
 #include <math.h>
 #include <vector>
-#include "common.h"
-#include "backend.h"
+#include "../common.h"
+#include "../backend.h"
 #include "params.h"
 #include "ops.h"
 
@@ -408,7 +408,7 @@ static inline void moe_forward(GPT2* model, const OpAt* at, floatX* out, const f
     std::vector<float> p((size_t)N * E);
     copy_device_to_host(p.data(), r->probs, p.size() * sizeof(float));
     int training = at->slot >= 0;
-    // the mean over the step's groups, times the loss scale the rest of the backward carries (llmc/loss_scale.h)
+    // the mean over the step's groups, times the loss scale the rest of the backward carries (llmc/train/loss_scale.h)
     float grad_scale = model->loss_scale / ((float)B * m->micro_n);
     moe_route(r, p.data(), B, T, E, k, training ? moe_capacity(c, T) : -1, c->moe_aux, grad_scale, m->ep, El);
     copy_host_to_device(r->topk_d, r->topk.data(), r->topk.size() * sizeof(int));
