@@ -23,6 +23,12 @@ CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
 HEADERS = $(wildcard llmc/*.h llmc/*/*.h test/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
+# the CPU programs besides the trainer (their rules and what each is: below)
+SERIAL_PROGRAMS = test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu \
+  test_sftcpu test_seamscpu test_pp_schedulecpu test_comm_singlecpu pp_simcpu
+MPI_PROGRAMS = test_collectivescpu test_cp_attentioncpu collbenchcpu
+flags_of = $(patsubst %,build/config/%.flags,$(1))
+vpath %.cu test
 
 # --- prerequisites, each found or reported once. The compiler is not checked for the goals
 # that install it first (train, test, test-fast: they run make again once it is there).
@@ -83,57 +89,38 @@ build/config/%.flags: FORCE
 .PHONY: all train train-noinstall test test-noinstall test-fast test-fast-noinstall bench-cpu bench-comm \
   nvcc-check gpu-bundle data clean info
 
-all: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu $(MPI_TARGETS)
+all: info train_gpt2cpu $(SERIAL_PROGRAMS) $(MPI_TARGETS)
 
 info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
+
+# The CPU programs: one rule for the single-process ones (built without MPI) and one for those
+# that run under mpirun. NAMEcpu is built from test/NAME.cu, or from NAME.cu at the top (vpath):
+#   test_gpt2cpu          the model against PyTorch's (test/reference), and resuming bit-exactly
+#   test_kernelscpu       every CPU kernel against its naive loop
+#   test_precisioncpu     the number formats (llmc/model/precision.h), exactly (test/test_precision.sh)
+#   test_compresscpu      the gradient compression codec (llmc/parallel/dp_compress.h)
+#   test_generatecpu      generation with a KV cache (llmc/model/generate.h) against the full forward
+#   test_sftcpu           the SFT data loader (llmc/data/sft_shards.h)
+#   test_seamscpu         the extension points (ops, placement hooks, step) and the shard rule
+#   test_pp_schedulecpu   the pipeline schedules on paper: built, validated, simulated
+#   test_comm_singlecpu   the collectives in the build without MPI (one rank, size-1 communicators)
+#   pp_simcpu             the schedules' timelines and bubbles, simulated against the formulas
+#   test_collectivescpu   the collectives against MPI's (llmc/comm/), test/test_collectives.sh
+#   test_cp_attentioncpu  the context-parallel attention against one rank's, test/test_cp_attention.sh
+#   collbenchcpu          the collectives timed nccl-tests style (doc/collectives.md)
 
 train_gpt2cpu: train_gpt2.cu $(HEADERS) build/config/train_gpt2cpu.flags
 	$(CPU_CC) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
 build/config/train_gpt2cpu.flags: CONFIG = $(CPU_CC) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
 
-test_gpt2cpu: test/test_gpt2.cu $(HEADERS) build/config/test_gpt2cpu.flags
+$(SERIAL_PROGRAMS): %cpu: %.cu $(HEADERS) build/config/%cpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
+$(call flags_of,$(SERIAL_PROGRAMS)): CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
-test_kernelscpu: test/test_kernels.cu $(HEADERS) build/config/test_kernelscpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-
-# the number formats (llmc/model/precision.h) and the CPU's reduced-precision storage, exactly; run by
-# test/test_precision.sh, which also builds perturbed copies
-test_precisioncpu: test/test_precision.cu $(HEADERS) build/config/test_precisioncpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-build/config/test_precisioncpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
-
-# the gradient compression codec (llmc/parallel/dp_compress.h): QSGD unbiased, top-k, error feedback;
-# run by test/test_compress.sh
-test_compresscpu: test/test_compress.cu $(HEADERS) build/config/test_compresscpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-build/config/test_compresscpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
-
-# generation with a KV cache (llmc/model/generate.h) against the full forward
-test_generatecpu: test/test_generate.cu $(HEADERS) build/config/test_generatecpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-
-# the SFT data loader (llmc/data/sft_shards.h), run by test/test_sft.sh
-test_sftcpu: test/test_sft.cu $(HEADERS) build/config/test_sftcpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-
-# the three extension points (ops, placement hooks, step) and the shard rule (doc/architecture.md)
-test_seamscpu: test/test_seams.cu $(HEADERS) build/config/test_seamscpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-
-build/config/test_gpt2cpu.flags build/config/test_kernelscpu.flags build/config/test_generatecpu.flags \
-build/config/test_sftcpu.flags build/config/test_seamscpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
-
-# the pipeline schedules on paper (llmc/parallel/pp_schedule.h): built, validated, simulated
-test_pp_schedulecpu: test/test_pp_schedule.cu $(HEADERS) build/config/test_pp_schedulecpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-build/config/test_pp_schedulecpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
-
-# pp_sim: the schedules' timelines and bubbles, simulated against the formulas
-pp_simcpu: pp_sim.cu $(HEADERS) build/config/pp_simcpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-build/config/pp_simcpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
+$(MPI_PROGRAMS): %cpu: %.cu $(HEADERS) build/config/%cpu.flags
+	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
+$(call flags_of,$(MPI_PROGRAMS)): CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
 
 # the perturbed trainer: every deliberate bug of test/perturbations.py in one build, one of them
 # switched on at run time by LLMC_PERTURB=NAME (the suites' "the tests can fail" checks, through
@@ -149,28 +136,6 @@ build/config/perturbed.flags: CONFIG = $(CPU_CC) $(CXXFLAGS_CPU) $(LDLIBS_CPU) (
 build/test/libwait_sleep.so: test/wait_sleep.c
 	@mkdir -p $(dir $@)
 	$(CXX) -x c -O2 -shared -fPIC $< -o $@
-
-# the collectives against MPI's (llmc/comm/), run under mpirun by test/test_collectives.sh
-test_collectivescpu: test/test_collectives.cu $(HEADERS) $(COMM_HEADERS) build/config/test_collectivescpu.flags
-	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
-
-# collbench: the collectives timed nccl-tests style (doc/collectives.md)
-collbenchcpu: collbench.cu $(HEADERS) $(COMM_HEADERS) build/config/collbenchcpu.flags
-	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
-
-build/config/test_collectivescpu.flags build/config/collbenchcpu.flags: \
-  CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
-
-# the context-parallel attention op (llmc/parallel/cp.h) against the single-rank attention, run
-# under mpirun by test/test_cp_attention.sh
-test_cp_attentioncpu: test/test_cp_attention.cu $(HEADERS) $(COMM_HEADERS) build/config/test_cp_attentioncpu.flags
-	$(MPICXX) $(CXXFLAGS_CPU) $< -o $@ $(LDLIBS_CPU)
-build/config/test_cp_attentioncpu.flags: CONFIG = $(MPICXX) $(CXXFLAGS_CPU) $(LDLIBS_CPU) ($(CXX) $(CXX_VERSION))
-
-# the same collectives in the build without MPI (llmc/comm/mpi_single.h): one rank, size-1 communicators
-test_comm_singlecpu: test/test_comm_single.cu $(HEADERS) build/config/test_comm_singlecpu.flags
-	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
-build/config/test_comm_singlecpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
 # collbench on device buffers (NCCL or the host-staged wire; doc/collectives.md): needs nvcc,
 # mpicxx and NCCL (NCCL_HOME=... when nccl.h/libnccl are not in nvcc's paths). Not part of
@@ -219,9 +184,9 @@ train-noinstall: info train_gpt2cpu data
 
 # the tests (test/run_tests.sh says how to add a suite). Binaries the tests need are
 # prerequisites here; another makefile adds its own with a line "test-noinstall: BINARIES".
-test-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) $(WAIT_SLEEP) $(PERTURBED_TARGET) data
+test-noinstall: info train_gpt2cpu $(SERIAL_PROGRAMS) $(MPI_TARGETS) $(WAIT_SLEEP) $(PERTURBED_TARGET) data
 	@bash test/run_tests.sh
-test-fast-noinstall: info train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_seamscpu test_pp_schedulecpu pp_simcpu test_comm_singlecpu $(MPI_TARGETS) $(WAIT_SLEEP) data
+test-fast-noinstall: info train_gpt2cpu $(SERIAL_PROGRAMS) $(MPI_TARGETS) $(WAIT_SLEEP) data
 	@bash test/run_tests.sh --fast
 
 bench-cpu: info train_gpt2cpu bench_matmul
@@ -294,22 +259,14 @@ train_gpt2cu: train_gpt2.cu $(CUDA_HEADERS) build/config/train_gpt2cu.flags
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_MPI_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS) $(CUDA_MPI_LIBS)
 build/config/train_gpt2cu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_MPI_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS) $(CUDA_MPI_LIBS)
 
-test_gpt2cu: test/test_gpt2.cu $(CUDA_HEADERS) build/config/test_gpt2cu.flags
+# the CUDA tests, one rule: test_gpt2cu (the model against the CPU's), test_cuda_kernelscu (every
+# llmc/cuda kernel against llmc/cpu at awkward shapes), test_seamscu (the extension points and the
+# shard rule on the CUDA build); CI runs them under the emulator
+CUDA_TESTS = test_gpt2cu test_cuda_kernelscu test_seamscu
+$(CUDA_TESTS): %cu: %.cu $(CUDA_HEADERS) build/config/%cu.flags
 	$(cuda_prereqs)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
-build/config/test_gpt2cu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
-
-# every llmc/cuda kernel against llmc/cpu at awkward shapes (CI runs it under the emulator)
-test_cuda_kernelscu: test/test_cuda_kernels.cu $(CUDA_HEADERS) build/config/test_cuda_kernelscu.flags
-	$(cuda_prereqs)
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
-build/config/test_cuda_kernelscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
-
-# the extension points (ops, hooks, step) and the shard rule on the CUDA build (CI: under the emulator)
-test_seamscu: test/test_seams.cu $(CUDA_HEADERS) build/config/test_seamscu.flags
-	$(cuda_prereqs)
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
-build/config/test_seamscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
+$(call flags_of,$(CUDA_TESTS)): CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
 
 # make gpu-bundle: build/gpu-bundle/, everything the GPU check runs, built here without a GPU
 # (scripts/gpu_bundle.sh: GPU_ARCHS="80 90", NVCC_JOBS); on the GPU node: bash build/gpu-bundle/run.sh
@@ -329,7 +286,7 @@ else
 endif
 
 clean:
-	rm -f train_gpt2cpu test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu test_sftcpu test_collectivescpu test_cp_attentioncpu test_comm_singlecpu test_seamscpu test_pp_schedulecpu pp_simcpu collbenchcpu collbenchcu train_gpt2cu test_gpt2cu test_cuda_kernelscu test_seamscu bench_matmul
+	rm -f train_gpt2cpu $(SERIAL_PROGRAMS) $(MPI_PROGRAMS) collbenchcu train_gpt2cu $(CUDA_TESTS) bench_matmul
 	rm -rf build
 
 # ---- the CUDA sources under the CPU emulator: make emu, make emu-lab (dev/emu/README.md)
