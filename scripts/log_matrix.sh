@@ -34,11 +34,12 @@ run() {   # NAME RANKS BINARY ARGS...: the log and checkpoint land in OUT/NAME.{
 [ -f data/arithmetic/train_000000.bin ] || make -s data
 Q="--eval-every 10 --sample-every 0 --accuracy 20 --threads 1"
 run default 1 train_gpt2cpu --steps 50 --threads 2
-DPX="--steps 20 --batch 24 --grad-accum 2 --bucket-mb 0.5 $Q"
-run dp3_naive 3 train_gpt2cpu $DPX --dp-mode naive
+DP1="--steps 20 --batch 24 --grad-accum 2 $Q"   # (naive and ps have no buckets)
+DPX="$DP1 --bucket-mb 0.5"
+run dp3_naive 3 train_gpt2cpu $DP1 --dp-mode naive
 run dp3_ddp 3 train_gpt2cpu $DPX
 run dp3_ddp_native 3 train_gpt2cpu $DPX --comm-algo native
-run dp3_ps 3 train_gpt2cpu $DPX --dp-mode ps --ps-servers 2
+run dp3_ps 3 train_gpt2cpu $DP1 --dp-mode ps --ps-servers 2
 run dp3_zero1 3 train_gpt2cpu $DPX --zero 1
 run dp3_zero2 3 train_gpt2cpu $DPX --zero 2
 run dp3_zero3 3 train_gpt2cpu $DPX --zero 3
@@ -61,7 +62,7 @@ run cp2_ring_plain 2 train_gpt2cpu $MX --cp 2 --cp-split plain
 run ep2_moe 2 train_gpt2cpu $MX --moe-experts 4 --moe-every 1 --moe-topk 2 --ep 2
 run mesh_dp2_pp2_tp2 8 train_gpt2cpu $MX --tp 2 --pp 2 --zero 1
 run mesh_cp2_tp2_zero3 4 train_gpt2cpu $MX --cp 2 --tp 2 --zero 3
-run mesh_pp2_ep2_moe 4 train_gpt2cpu $MX --pp 2 --moe-experts 4 --moe-every 1 --ep 2
+run mesh_tp2_ep2_moe 4 train_gpt2cpu $MX --tp 2 --moe-experts 4 --moe-every 1 --ep 2
 if [ -x "$BIN/train_gpt2cu" ]; then
     SMALL="--layers 2 --heads 2 --channels 32 --max-seq 32 --seq 16 --eval-every 3 --sample-every 0 --accuracy 4 --threads 1"
     for p in train_gpt2cu train_gpt2cu_fp32; do
