@@ -5,6 +5,7 @@
 #   bash scripts/log_matrix.sh OLD_BIN_DIR /tmp/before
 #   bash scripts/log_matrix.sh .           /tmp/after
 #   diff -r /tmp/before /tmp/after && echo identical
+# ONLY="name ..." runs only the named jobs.
 # BIN_DIR holds train_gpt2cpu (MPI build) and, optionally, train_gpt2cu and train_gpt2cu_fp32
 # from the emulator (build/emu/); the emulated jobs run only where those exist.
 # The matrix: the default job, 50 steps; every data-parallel mode on 3 ranks, 20 steps, with 2
@@ -22,6 +23,7 @@ failed=0
 run() {   # NAME RANKS BINARY ARGS...: the log and checkpoint land in OUT/NAME.{log,bin}
     local name=$1 np=$2 bin=$3
     shift 3
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
     local launch=""
     if [ "$np" -gt 1 ]; then launch="$MPIRUN -np $np"; fi
     if ! $launch "$BIN/$bin" "$@" --log "$OUT/$name.log" --save "$OUT/$name.bin" >"$OUT/$name.out" 2>&1; then
@@ -54,9 +56,10 @@ run rlvr_dp3_zero3 3 train_gpt2cpu $RL --zero 3 --grad-accum 2 --metrics "$OUT/r
 # pipeline schedule, every context-parallel attention and split, experts, and meshes of 3 and 4 axes
 MX="--steps 6 --batch 16 --grad-accum 4 $Q"
 run tp2_sp 2 train_gpt2cpu $MX --tp 2 --sp
-run tp3 3 train_gpt2cpu $MX --tp 3
-for s in gpipe 1f1b interleaved zb-h1; do run pp2_$s 2 train_gpt2cpu $MX --pp 2 --pp-schedule $s; done
-run pp3_split 3 train_gpt2cpu $MX --pp 3 --pp-split 1,1,2
+run tp3 3 train_gpt2cpu $MX --tp 3 --heads 3 --channels 96
+for s in gpipe 1f1b zb-h1; do run pp2_$s 2 train_gpt2cpu $MX --pp 2 --pp-schedule $s; done
+run pp2_interleaved 2 train_gpt2cpu $MX --pp 2 --pp-schedule interleaved --pp-chunks 3
+run pp3_split 3 train_gpt2cpu $MX --pp 3 --pp-split 1,2,3
 for a in ring allgather alltoall; do run cp2_$a 2 train_gpt2cpu $MX --cp 2 --cp-algo $a; done
 run cp2_ring_plain 2 train_gpt2cpu $MX --cp 2 --cp-split plain
 run ep2_moe 2 train_gpt2cpu $MX --moe-experts 4 --moe-every 1 --moe-topk 2 --ep 2

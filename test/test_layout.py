@@ -4,7 +4,9 @@ checked so that it stays that way:
   - train_gpt2.cu's main holds no #if/#ifdef and no MPI call (the plan owns the build and the mesh);
   - no header includes a file that includes it back, directly or through others (no cycle);
   - the data-parallel layout takes the root unit from the parameter table (no fixed tensor indices);
-  - the trainer stays short enough to read in one sitting (main under 150 lines).
+  - the trainer stays short enough to read in one sitting (main under 150 lines);
+  - no header in llmc/ over 500 lines; no two headers named alike for different things; nothing
+    in llmc/parallel/ includes the flag parser; nothing below the planner includes it.
 Prints PASS/FAIL per check; exit status 1 if any failed."""
 import os
 import re
@@ -79,5 +81,24 @@ layout = strip_comments(read("llmc/parallel/buckets.h") if os.path.exists(os.pat
                         else read("llmc/parallel/dp_core.h"))
 fixed = re.findall(r"\{\s*0\s*,\s*1\s*,\s*14\s*,\s*15\s*\}", layout)
 report("the root unit comes from the table, not fixed indices", not fixed)
+
+# the layout a student finds (doc/architecture.md): short headers, names that say what a file is,
+# dependencies one way
+long = sorted((n, p) for p in graph for n in [sum(1 for _ in open(os.path.join(ROOT, p)))] if n > 500)
+report("no header in llmc/ over 500 lines", not long, ", ".join(f"{p} {n}" for n, p in long))
+stems = {}
+for p in graph:
+    stems.setdefault(re.sub(r"\.(h|cuh)$", "", os.path.basename(p)), []).append(os.path.dirname(p))
+# one name, one thing: a name may appear twice only as the CPU and CUDA sides of the same thing
+# (llmc/cpu/X.h and llmc/cuda/X.cuh, or llmc/X.h and llmc/cuda/X.cuh)
+clash = sorted(f"{s} ({', '.join(sorted(d))})" for s, d in stems.items()
+               if len(d) > 1 and not (len(d) == 2 and "llmc/cuda" in d and ({"llmc/cpu", "llmc"} & set(d))))
+report("no two headers share a name for different things", not clash, "; ".join(clash))
+flags = [p for p in graph if p.startswith("llmc/parallel/")
+         and {"llmc/train/train_args.h", "llmc/train/flag_parser.h"} & set(graph[p])]
+report("nothing in llmc/parallel/ includes the flag parser", not flags, ", ".join(flags))
+upward = [f"{p} -> {d}" for p in graph if p.startswith(("llmc/model/", "llmc/parallel/", "llmc/comm/", "llmc/cpu/", "llmc/cuda/"))
+          for d in graph[p] if d.startswith("llmc/planner/")]
+report("the planner is used by nothing below it", not upward, ", ".join(upward))
 print(f"{'FAIL' if failures else 'PASS'}: {failures} failed")
 sys.exit(1 if failures else 0)
