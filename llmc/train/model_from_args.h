@@ -1,6 +1,6 @@
-// The model the flags ask for: its shape (gpt2_config_from_args: a checkpoint's, --load, or a
-// preset's, --model, with overrides, every check of them), and the model itself, built as the
-// shard this rank holds (gpt2_from_args). The planner (llmc/planner/) needs only the shape.
+// The model the flags ask for: its shape (gpt2_config_from_args: a checkpoint's with --load, or a
+// preset's, --model, with --layers/--heads/... overrides; every check of them), and the model
+// itself (gpt2_from_args), built as the shard this rank holds. The planner needs only the shape.
 #pragma once
 
 #include "train_args.h"
@@ -11,8 +11,7 @@
 // pipeline or expert parallelism split it), asked once the shape is known
 typedef GPT2Place (*PlaceFn)(void* ctx, const GPT2Config* cfg);
 
-// The model's shape the flags ask for (every check of them): a checkpoint's (--load; *version
-// its format) or a preset's with overrides.
+// *version: the checkpoint's format (0 for a preset)
 static inline GPT2Config gpt2_config_from_args(const TrainArgs* a, int* version) {
     if (a->load) {
         if (a->layers || a->heads || a->channels || a->max_seq || a->vocab) {
@@ -65,8 +64,7 @@ static inline GPT2Config gpt2_config_from_args(const TrainArgs* a, int* version)
     return cfg;
 }
 
-// The model the flags ask for: a checkpoint (--load), or a preset (--model) with overrides,
-// initialised from --seed; `place` says which shard of it this rank holds.
+// The shard `place` names: read from the checkpoint (--load), or a preset's initialised from --seed
 static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place, void* ctx) {
     int version;
     GPT2Config cfg = gpt2_config_from_args(a, &version);
