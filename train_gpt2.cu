@@ -2,7 +2,7 @@
 //   g++ -x c++ -DLLMC_CPU  -> train_gpt2cpu  (fp32 reference kernels, OpenMP)
 //   nvcc                   -> train_gpt2cu   (CUDA kernels, bf16 mixed precision)
 // The same main runs one rank or many (mpirun), with or without MPI in the build: everything
-// about the ranks is in the plan (llmc/parallel/plan.h), everything about the data and the loss
+// about the ranks is in the plan (llmc/train/parallel_plan.h), everything about the data and the loss
 // in the task (llmc/tasks/task.h, llmc/tasks/). One optimizer step (doc/architecture.md):
 //   task.begin_step   this step's micro-batches (and the loss scale dloss)
 //   plan_zero_grad    gradients to zero (wherever the placement keeps them)
@@ -11,14 +11,15 @@
 //   plan_update       clip and AdamW on what this rank owns; parameters back in sync
 // Evaluation, samples and checkpoints happen before a step (and once after the last one).
 #include "llmc/common.h"
-#include "llmc/train/train_args.h"
+#include "llmc/train/train_args_check.h"
 #include "llmc/model/gpt2.h"
 #include "llmc/train/lr_schedule.h"
 #include "llmc/model/sampler.h"
 #include "llmc/train/log.h"
 #include "llmc/train/trace.h"
 #include "llmc/train/step.h"
-#include "llmc/parallel/plan.h"
+#include "llmc/train/parallel_plan_report.h"
+#include "llmc/planner/planner.h"
 #include "llmc/train/guard.h"
 #include "llmc/train/outputs.h"
 #include "llmc/tasks/tasks.h"
@@ -29,9 +30,9 @@ int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
     TrainArgs args;
     parse_train_args(argc, argv, &args);
-    if (args.plan) { return planner_main(&args); }   // --plan: predictions only, no step (llmc/planner/search.h)
+    if (args.plan) { return planner_main(&args); }   // --plan: predictions only, no step (llmc/planner/planner.h)
     Plan plan;
-    plan_init(&plan, &argc, &argv, &args);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
+    plan_init(&plan, &argc, &argv, &args, planner_choose);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
     Guard guard;
     guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/train/guard.h)
     outputs_check_writable(&args, plan.rank);   // every output path writable, before any work (llmc/train/outputs.h)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner (llmc/planner/search.h) against the trainer, on CPU ranks:
+# The planner (llmc/planner/) against the trainer, on CPU ranks:
 #   - for 16 meshes (dp with ZeRO 0-3, tp with and without SP, pp with gpipe, 1f1b, interleaved
 #     and zb-h1, cp ring and all-to-all, ep, recomputation, 3D dp x pp x tp and 4D
 #     dp x pp x cp x tp): `--plan this` (one process, no step run) predicts every rank's memory

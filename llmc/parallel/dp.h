@@ -75,7 +75,7 @@ static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
 // model's buffers it shards, installs the mode's hooks in the model's chain, and starts the
 // communication thread.
 // The fields the formulas read (dp_formula_memory, dp_formula_bytes) for rank `rank` of N, no
-// memory, no thread: dp_init starts here, and the planner (llmc/planner/search.h) stops here
+// memory, no thread: dp_init starts here, and the planner (llmc/planner/cost_model.h) stops here
 // (plus the buckets' layout, buckets_layout).
 static inline void dp_shape(DataParallel* dp, GPT2* model, int N, int rank, const DPConfig* cfg) {
     const DPModeOps* ops = dp_mode_find(cfg);

@@ -25,7 +25,7 @@
 #include "../train/step.h"
 #include "../train/log.h"
 #include "../train/train_args.h"
-#include "../parallel/plan.h"
+#include "../train/parallel_plan.h"
 
 // Where a run stands, as text key -> value: what the training state (llmc/train/train_state.h)
 // saves besides the tensors, and gives back on --resume. Every value is the same on every rank

@@ -41,7 +41,7 @@ static inline void args_usage(const char* prog, const ArgSpec* specs, int n, con
 }
 
 // The flags the command line gave (by name, without "--"): a flag that only means something beside
-// another is refused when that other is missing (llmc/train/train_args.h, train_args_check_unused).
+// another is refused when that other is missing (llmc/train/train_args_check.h, train_args_check_unused).
 static inline std::vector<std::string>* args_given_list() { static std::vector<std::string> given; return &given; }
 static inline int args_given(const char* name) {
     for (const std::string& g : *args_given_list()) { if (g == name) { return 1; } }

@@ -49,7 +49,7 @@
 #include "../common.h"
 #include "../model/gpt2.h"
 #include "train_args.h"
-#include "../parallel/plan.h"
+#include "parallel_plan.h"
 #include "watchdog.h"
 
 enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL, FAULT_STALL };

@@ -47,9 +47,10 @@
 #include "../common.h"
 #include "../model/gpt2.h"
 #include "train_args.h"
+#include "model_from_args.h"
 #include "../tasks/task.h"
 #include "loss_scale.h"
-#include "../parallel/plan.h"
+#include "parallel_plan.h"
 
 #define TRAIN_STATE_MAGIC 20261123
 #define TRAIN_STATE_FORMAT 1
