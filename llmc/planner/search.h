@@ -42,7 +42,7 @@
 #include "../train/train_args.h"
 #include "../parallel/mesh.h"
 #include "../parallel/dp.h"
-#include "../parallel/tp.h"
+#include "../parallel/tp_accounting.h"
 #include "../parallel/pp.h"
 #include "../parallel/cp.h"
 #include "../parallel/ep.h"
