@@ -2,7 +2,7 @@
 # Lab: tensor and sequence parallelism, then ZeRO-3 + TP (doc/tensor-parallel.md).
 #   Part 1: one model on tp = 1, 2, 4 ranks, without and with --sp: the parameters and
 #           activations each rank holds, and the bytes each rank sends on the tp group per step,
-#           measured beside the formulas of llmc/parallel/tp.h.
+#           measured beside the formulas of llmc/parallel/tp_accounting.h.
 #   Part 2: the lecture's hands-on (FSDP + TP): the same world size split as dp x tp with
 #           ZeRO-3 over dp: memory per rank (parameters + gradients + optimizer state, and
 #           activations) and step time.

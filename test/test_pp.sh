@@ -9,7 +9,7 @@
 #     with ZeRO-1); pp 2 x tp 2 (and + SP); dp 2 x pp 2 x tp 2 (8 ranks); SFT with pp 2; an
 #     explicit --pp-split;
 #   - in every such run: each step's pipeline bytes and the embedding group's equal the formula
-#     (and with --tp the stage's tensor-parallel bytes and memory lines, tp.h's formulas per stage),
+#     (and with --tp the stage's tensor-parallel bytes and memory lines, tp_accounting.h's formulas per stage),
 #     the peak of micro-batches in flight equals the schedule's (GPipe m, 1F1B p - s), and the
 #     stage's parameters and activation slots equal the closed forms ("check ok" on every step,
 #     "pp memory check ok");
@@ -56,7 +56,7 @@ check() {
     grep -q "^memory check ok" "$out" || bad="$bad data-parallel memory table"
     steps=$(grep -c "pp comm | sent .* check ok" "$out")
     [ "$steps" -eq $STEPS ] || bad="$bad bytes/in-flight = formula/schedule in $steps of $STEPS steps"
-    if [[ " $* " == *" --tp "* ]]; then   # with tensor parallelism: the stage's tp bytes too (tp.h's formula per stage)
+    if [[ " $* " == *" --tp "* ]]; then   # with tensor parallelism: the stage's tp bytes too (tp_accounting.h's formula per stage)
         steps=$(grep -c "tp comm | sent .* equal)" "$out")
         [ "$steps" -eq $STEPS ] || bad="$bad tp bytes = formula in $steps of $STEPS steps"
         grep -q "^tp memory check ok" "$out" || bad="$bad tp memory lines"

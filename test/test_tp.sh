@@ -12,7 +12,7 @@
 #   - generation (samples, greedy accuracy) under tp 2 + SP equals one rank's;
 #   - in every such run: the tp memory lines (parameters and activations per rank) and the
 #     data-parallel memory table equal their formulas on every rank, and every step's counted
-#     tp bytes equal the formula (tp.h);
+#     tp bytes equal the formula (tp_accounting.h);
 #   - the checkpoints a tp 2 and a tp 3 run write reload on one rank (same validation loss as
 #     the single-rank checkpoint);
 #   - SP divides the activations: tp 2 + SP holds fewer bytes per rank than tp 2;

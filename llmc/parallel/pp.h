@@ -50,7 +50,7 @@
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "dp_core.h"
-#include "tp.h"
+#include "tp_accounting.h"
 #include "pp_schedule.h"
 
 typedef struct PipelineParallel {
@@ -480,7 +480,7 @@ static inline void pp_print_plan(const PipelineParallel* pp, const GPT2Config* c
 }
 
 // The memory lines of this stage (rank 0's: stage 0), and the check on every rank that the
-// parameters and the activation slots allocated equal the closed forms (tp.h's, which count a
+// parameters and the activation slots allocated equal the closed forms (tp_accounting.h's, which count a
 // stage's layers and ends and a slot's chunk). Collective over the pp group.
 static inline int pp_print_memory(const PipelineParallel* pp) {
     const GPT2* m = pp->model;

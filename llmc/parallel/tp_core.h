@@ -1,16 +1,11 @@
-// What tensor parallelism's files share: the state (TensorParallel), the collectives on the tp
-// group with their byte and time counters, and the table of the two region operators.
+// What tensor parallelism's files share: the state (TensorParallel) and the collectives on the
+// tp group, with their byte and time counters.
 //
-//   tp.h      the column- and row-parallel linears and Megatron's f and g (plain TP)
-//   sp.h      sequence parallelism: f and g become all-gather and reduce-scatter (g, g-bar)
-//   vocab.h   the vocabulary-parallel embedding and cross-entropy
-//
-// Every tensor-parallel layer sits between two region operators: one where the residual stream
-// enters the layer (before a column-parallel linear, the lecture's f; SP's g) and one where the
-// layer's partial sums leave it (after a row-parallel linear, the lecture's g; SP's g-bar). The
-// region table (TPRegion) holds the forward and backward of both. Which table a call uses
-// depends on the tokens the residual stream holds (OpAt.Ts): all of them (Ts == T) -> plain TP,
-// 1/tp of them -> SP. So a sequence-parallel model still runs generation (Ts == T) correctly.
+//   tp.h             the column- and row-parallel linears and Megatron's f and g (plain TP)
+//   sp.h             sequence parallelism: f and g become all-gather and reduce-scatter (g, g-bar)
+//   vocab.h          the vocabulary-parallel embedding and cross-entropy
+//   tp_accounting.h  the formulas (bytes, parameters, activations) and what the trainer prints
+//   tp_zero_bubble.h the column-parallel linear's weight-gradient pass of a zero-bubble pipeline
 //
 // The collectives run on the compute thread, in order, as Megatron's do on the compute stream:
 // each one is on the critical path (no overlap), and its time is the "tp comm" time printed per
@@ -72,24 +67,5 @@ static inline void tp_allgather(TensorParallel* tp, const char* name, const floa
     tp_end_call(tp, name, t0);
 }
 
-// ---------------------------------------------------------------------------------------
-// The region operators. x, dx, y, dy are on the residual stream (B x Ts tokens of C channels);
-// the "full" buffers inside the region hold B x T tokens.
-
-typedef struct {
-    const char* name;        // "TP" or "SP"
-    const char* enter_name;  // the lecture's symbol for the operator before a column-parallel layer
-    const char* exit_name;   // ... and after a row-parallel layer
-    // enter: the layer's input (B x T) from the stream's x; in the backward, the buffer the layer
-    // writes its input gradient to (B x T), then the stream's dx from it
-    const floatX* (*enter_forward)(TensorParallel* tp, const OpAt* at, const floatX* x, int C);
-    floatX* (*enter_grad_buffer)(TensorParallel* tp, floatX* dx);
-    void (*enter_backward)(TensorParallel* tp, const OpAt* at, floatX* dx_full, floatX* dx, int C);
-    // exit: the buffer the layer writes its partial sums to (B x T), then the stream's y from
-    // them; in the backward, the layer's output gradient (B x T) from the stream's dy
-    floatX* (*exit_partial_buffer)(TensorParallel* tp, floatX* y);
-    void (*exit_forward)(TensorParallel* tp, const OpAt* at, floatX* y_full, floatX* y, int C);
-    const floatX* (*exit_backward)(TensorParallel* tp, const OpAt* at, const floatX* dy, int C);
-} TPRegion;
-
+// the elements of a B x T x C tensor inside the tensor-parallel region (all of the tokens)
 static inline size_t tp_full_count(const OpAt* at, int C) { return (size_t)at->B * at->T * C; }

@@ -6,9 +6,9 @@
 // the padding, and checkpoints keep Vp. The same shard is the tied LM head.
 //
 // Embedding:  rank t looks up the tokens it holds and writes 0 for the others; rank 0 also adds
-//   wpe. Summing over the ranks (the exit operator: all-reduce, or SP's reduce-scatter) gives
+//   wpe. Summing over the ranks (g: all-reduce, or SP's reduce-scatter) gives
 //   wte[token] + wpe[t] exactly: all but one of the terms are 0.
-//     backward: the output gradient, whole again (identity, or SP's all-gather), scatters into
+//     backward: the output gradient, whole again (g: identity, or SP's all-gather), scatters into
 //     the rows this rank holds; every rank adds all of it into dwpe (so wpe's gradient is
 //     complete everywhere, like the replicated tensor it is).
 // LM head:  a column-parallel linear (tp.h) with Vs output columns: logits (B, T, Vs) per rank.
@@ -25,26 +25,27 @@
 
 #include "tp_core.h"
 
-static inline const TPRegion* tp_region(const OpAt* at);   // tp.h: TP's or SP's operators
+// tp.h: the embedding sums its terms with g, as a row-parallel linear does
+static inline floatX* tp_partial_buffer(TensorParallel* tp, const OpAt* at, floatX* stream);
+static inline void tp_g_forward(TensorParallel* tp, const OpAt* at, floatX* z_full, floatX* z, int C);
+static inline const floatX* tp_g_backward(TensorParallel* tp, const OpAt* at, const floatX* dz, int C);
 
 static inline int vocab_shard_rows(const TensorParallel* tp) { return gpt2_local_vocab(tp->model); }
 
 static inline void vocab_embedding_forward(void* ctx, const OpAt* at, floatX* out, const int* tokens, const int* positions,
                                            const floatX* wte, const floatX* wpe, int C) {
     TensorParallel* tp = (TensorParallel*)ctx;
-    const TPRegion* R = tp_region(at);
     int Vs = vocab_shard_rows(tp);
-    floatX* partial = R->exit_partial_buffer(tp, out);   // B x T tokens
+    floatX* partial = tp_partial_buffer(tp, at, out);   // B x T tokens
     encoder_forward_vocab(partial, tokens, positions, wte, tp->rank == 0 ? wpe : NULL, tp->rank * Vs, Vs, at->B, at->T, C);
-    R->exit_forward(tp, at, partial, out, C);
+    tp_g_forward(tp, at, partial, out, C);
 }
 
 static inline void vocab_embedding_backward(void* ctx, const OpAt* at, floatX* dwte, floatX* dwpe, const floatX* dout,
                                             const int* tokens, const int* positions, int C) {
     TensorParallel* tp = (TensorParallel*)ctx;
-    const TPRegion* R = tp_region(at);
     int Vs = vocab_shard_rows(tp);
-    const floatX* dy = R->exit_backward(tp, at, dout, C);   // B x T tokens
+    const floatX* dy = tp_g_backward(tp, at, dout, C);   // B x T tokens
     encoder_backward_vocab(dwte, dwpe, dy, tokens, positions, tp->rank * Vs, Vs, at->B, at->T, C);
 }
 

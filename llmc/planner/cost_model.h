@@ -35,6 +35,7 @@
 #include "../parallel/placement.h"
 #include "../parallel/dp.h"
 #include "../parallel/tp.h"
+#include "../parallel/tp_accounting.h"
 #include "../parallel/pp.h"
 #include "../parallel/cp.h"
 #include "../parallel/ep.h"
