@@ -1,40 +1,27 @@
-// GPT-2, the model: what its forward saves, its forward and backward passes in pieces, and the
-// update. Backend-agnostic: every tensor lives in "device" memory (host memory on the CPU
-// backend, GPU memory on CUDA) and this file only calls kernels, ops and copy functions on it.
+// GPT-2: the activations its forward saves, its forward and backward passes in pieces, and the
+// update. Backend-agnostic: tensors live in "device" memory (host memory on the CPU, GPU memory
+// on CUDA); this file only calls kernels, ops and copies on them.
 //
 //   tokens (B, T)
-//     |  embedding     x = wte[tokens] + wpe[positions]                                (B, T, C)
-//     v
-//   +- block l = 0 .. L-1 (pre-LayerNorm) ---------------------------------------------------+
-//   |  attention half  x = x + attproj( attention( qkv( ln1(x) ) ) )    qkv (B, T, 3C)       |
-//   |  MLP half        x = x + fcproj( gelu( fc( ln2(x) ) ) )           fc  (B, T, 4C)       |
-//   +----------------------------------------------------------------------------------------+
-//     v
-//   head               logits = lnf(x) wte^T  (the LM head, tied to the embedding)      (B, T, Vp)
-//   loss               mean over tokens of -log softmax(logits)[target]
+//     |  embedding     x = wte[tokens] + wpe[positions]                              (B, T, C)
+//   +-v- block l = 0 .. L-1, pre-LayerNorm ------------------------------------------------+
+//   |  attention half  x = x + attproj( attention( qkv( ln1(x) ) ) )    qkv (B, T, 3C)      |
+//   |  MLP half        x = x + fcproj( gelu( fc( ln2(x) ) ) )           fc  (B, T, 4C)      |
+//   +-v------------------------------------------------------------------------------------+
+//     |  head          logits = lnf(x) wte^T   (the LM head is the embedding, tied) (B, T, Vp)
+//     v  loss          -log softmax(logits)[target], per token
 //
-// One micro-batch (llmc/train/step.h) is the forward, top to bottom, saving what the backward
-// needs; the loss, which leaves its gradient dlogits in place of the logits; the backward,
-// bottom to top, each piece the mirror of its forward, ADDING into the parameter gradients.
-// After the step's last micro-batch, gpt2_update clips by the global norm and runs AdamW.
-// gpt2_forward, gpt2_classifier and gpt2_backward (near the end) are the pieces in order:
-//   forward:   gpt2_set_batch, gpt2_forward_begin, gpt2_embed_forward, gpt2_block_forward(l)...,
-//              gpt2_head_forward, gpt2_head_loss
-//   backward:  gpt2_backward_begin, gpt2_head_backward, gpt2_block_backward(l)... (last first),
-//              gpt2_embed_backward, gpt2_backward_end
-// A pipeline schedule calls the pieces itself, each on a micro-batch SLOT (it keeps several in
-// flight; the default step uses slot 0).
-// Cost per token: 6 FLOPs per parameter (2 forward, 4 backward) + 12 L C T for attention's
-// scores; memory: the parameters, their gradients, AdamW's m and v, and per layer the forward's
-// activations (gpt2_accounting.h counts both).
-//
-// Shapes: B batch, T sequence, C channels, NH heads, L layers, V vocab, Vp padded vocab, Vs the
-// vocabulary rows a tp rank holds (gpt2_local_vocab: Vp/tp, or more where tp does not divide Vp).
-// Sublayers run through model->ops (llmc/model/ops.h); where weights and gradients live is up to
-// the placement hooks (llmc/model/hooks.h); the table (llmc/model/params.h) lists the parameters
-// and llmc/model/params_shard.h which shard of them this rank holds. Beside this file: building
-// and allocating (gpt2_build.h), --recompute (recompute.h), the zero-bubble split backward
-// (zero_bubble_backward.h), the formulas (gpt2_accounting.h).
+// A micro-batch: the forward top to bottom, saving what the backward needs; the loss, leaving
+// its gradient dlogits in place of the logits; the backward bottom to top, each piece the mirror
+// of its forward, ADDING into the parameter gradients. After the step's micro-batches
+// (llmc/train/step.h), gpt2_update clips by the global norm and runs AdamW. Read gpt2_forward
+// and gpt2_backward first (near the end): the pieces in order, on slot 0 (a pipeline schedule
+// runs the same pieces on several micro-batch SLOTs in flight). Cost per token: 6 FLOPs a
+// parameter (2 forward, 4 backward) + 12 L C T for attention; memory: the parameters, their
+// gradients, AdamW's m and v, the activations (gpt2_accounting.h counts them).
+// The sublayers run through model->ops (ops.h); weights and gradients live where the placement
+// hooks say (hooks.h); params.h lists the parameters. Beside this file: gpt2_build.h (building,
+// memory), recompute.h (--recompute), zero_bubble_backward.h (the backward in two halves).
 #pragma once
 
 #include <string.h>
@@ -45,34 +32,30 @@
 #include "hooks.h"
 
 // ---------------------------------------------------------------------------------------
-// Activations saved by the forward pass for the backward pass, one set per slot ("L" marks
-// one per layer of a slot: the stage's layers, or with an interleaved pipeline one chunk's, a
-// slot then holding one micro-batch on one chunk). Sizes are local: Cq = 3C/tp, Ca = C/tp, H = 4C/tp, and
-// the residual stream's tensors hold Ts tokens per sequence (T/tp under sequence parallelism:
-// the layernorms, residual adds and what they read split along the sequence; llmc/model/ops.h).
+// Activations saved by the forward for the backward, one set per slot ("L x": one per layer of
+// the slot, the stage's layers or, interleaved, one chunk's). Sizes are local: Cq = 3C/tp,
+// Ca = C/tp, H = 4C/tp; the residual stream's tensors hold Ts tokens per sequence (T, or T/tp
+// under sequence parallelism: llmc/model/ops.h).
 
 #define GPT2_MAX_SLOTS 64
 
 typedef struct {
     floatX* encoded;    // (B, Ts, C)       the slot's input: the embedding (or what the previous stage sent)
     floatX* ln1;        // L x (B, Ts, C)
-    float* ln1_mean;    // L x (B, Ts)      layernorm statistics stay fp32 in every backend
-    float* ln1_rstd;    // L x (B, Ts)
+    float *ln1_mean, *ln1_rstd;   // L x (B, Ts)   layernorm statistics stay fp32 in every backend
     floatX* qkv;        // L x (B, T, Cq)
     floatX* atty;       // L x (B, T, Ca)  attention output, before the projection
     float* att;         // L x attention_state_size(B, T, NH/tp)
     floatX* attproj;    // L x (B, Ts, C)
     floatX* residual2;  // L x (B, Ts, C)   x after the attention half of the block
     floatX* ln2;        // L x (B, Ts, C)
-    float* ln2_mean;    // L x (B, Ts)
-    float* ln2_rstd;    // L x (B, Ts)
+    float *ln2_mean, *ln2_rstd;   // L x (B, Ts)
     floatX* fch;        // L x (B, T, H)   fc output, before GELU
     floatX* fch_gelu;   // L x (B, T, H)
     floatX* fcproj;     // L x (B, Ts, C)
     floatX* residual3;  // L x (B, Ts, C)   x after the whole block
     floatX* lnf;        // (B, Ts, C)
-    float* lnf_mean;    // (B, Ts)
-    float* lnf_rstd;    // (B, Ts)
+    float *lnf_mean, *lnf_rstd;   // (B, Ts)
     int* inputs;        // (B, T) token ids, device copy
     int* targets;       // (B, T)
     float* loss_weights;// (B, T) optional per-token loss weights
@@ -101,15 +84,13 @@ typedef struct {
 
 typedef struct GPT2 {
     GPT2Config config;
-    GPT2Place place;                              // this rank's shard (llmc/model/params.h)
+    GPT2Place place;                              // this rank's shard (llmc/model/params_shard.h)
     ParamInfo param_info[NUM_PARAMETER_TENSORS];  // local shapes and offsets
     ParamInfo full_info[NUM_PARAMETER_TENSORS];   // the whole model's (the checkpoint's layout)
     size_t num_parameters;                        // local
     size_t num_parameters_full;
-    floatX* params_memory;
-    floatX* grads_memory;
-    ParameterTensors params;
-    ParameterTensors grads;
+    floatX *params_memory, *grads_memory;         // the flat buffers (llmc/model/params.h)
+    ParameterTensors params, grads;               // the tensors in them
     // optimizer state: this rank updates parameters [opt_offset, opt_offset + opt_count) of the
     // flat buffer (all of them without ZeRO); the three arrays below have opt_count floats
     size_t opt_offset, opt_count;
@@ -123,8 +104,7 @@ typedef struct GPT2 {
     int max_B, max_T, num_slots;
     ActivationTensors acts[GPT2_MAX_SLOTS];
     GradientBuffers bufs;
-    int recompute;              // --recompute (llmc/model/recompute.h): what the forward keeps per layer, set
-                                // before allocating the activations; 0 (none): everything
+    int recompute;              // --recompute (llmc/model/recompute.h): 0 (none) keeps every activation per layer
     int recomputing;            // 1 while the backward rebuilds a block (gpt2_block_recompute)
     BlockActs scratch;          // one block's buffers that recomputation rebuilds (NULL: kept per layer, or none)
     floatX* logits;             // slot 0's logits (acts[0].logits): what the one-micro-batch callers read
@@ -146,18 +126,15 @@ typedef struct GPT2 {
 
 #include "moe.h"   // the MoE block's MLP (needs GPT2)
 
-// ---------------------------------------------------------------------------------------
-// The step's micro-batches (llmc/train/step.h) and the placement hooks (llmc/model/hooks.h)
-
+// the i-th of the step's n micro-batches starts (llmc/train/step.h)
 static inline void gpt2_micro_begin(GPT2* model, int i, int n) {
     if (model->moe) { model->moe->micro_n = n; }   // the aux loss's gradient is a mean over the step
     hooks_micro_begin(&model->hooks, i, n);
 }
 
 // ---------------------------------------------------------------------------------------
-// The default MLP entries: fc -> GELU -> fcproj through the model's linear entries.
-
-// An MoE block's MLP is the experts (llmc/model/moe.h), all on this rank.
+// The MLP's default entries (model->ops.mlp): fc -> GELU -> fcproj through the linear entries.
+// An MoE block's MLP is the experts instead (llmc/model/moe.h), all on this rank.
 static const MoEExchange MOE_ONE_RANK = {NULL, 1, 0, NULL, NULL};
 
 static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const floatX* inp, const BlockWeights* w,
@@ -172,10 +149,7 @@ static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const f
 static inline void op_mlp_backward(void* ctx, const OpAt* at, floatX* dinp, const floatX* dout, const MLPActs* a,
                                    const floatX* inp, const BlockWeights* w, BlockWeights* g, floatX* dh, int C, int H) {
     (void)ctx;
-    if (gpt2_layer_is_moe(&at->model->config, at->layer)) {
-        moe_backward(at->model, at, dinp, dout, inp, w, g, C, H, &MOE_ONE_RANK);
-        return;
-    }
+    if (gpt2_layer_is_moe(&at->model->config, at->layer)) { moe_backward(at->model, at, dinp, dout, inp, w, g, C, H, &MOE_ONE_RANK); return; }
     const GPT2Ops* ops = &at->model->ops;
     ops->linear.backward(ops->linear.ctx, at, LINEAR_FCPROJ, dh, g->fcprojw, g->fcprojb, dout, a->fch_gelu, w->fcprojw, H, C);
     gelu_backward(dh, a->fch, dh, (size_t)at->B * at->T * H);
@@ -183,29 +157,25 @@ static inline void op_mlp_backward(void* ctx, const OpAt* at, floatX* dinp, cons
 }
 
 // ---------------------------------------------------------------------------------------
-// Sizes
-
-// Local sizes of this rank's shard of a block
+// Sizes: this rank's shard of a block, of the vocabulary, of the layers
 static inline int gpt2_local_heads(const GPT2* m) { return m->config.num_heads / m->place.tp; }
 static inline int gpt2_local_qkv(const GPT2* m) { return 3 * m->config.channels / m->place.tp; }
 static inline int gpt2_local_attn(const GPT2* m) { return m->config.channels / m->place.tp; }
 static inline int gpt2_local_hidden(const GPT2* m) { return 4 * m->config.channels / m->place.tp; }
 static inline int gpt2_local_vocab(const GPT2* m) { return tp_vocab_rows(m->config.padded_vocab_size, m->place.tp); }
-// The run's padded vocabulary: the width of a whole row of logits, tp x the local vocabulary.
-// It is Vp, except where tp does not divide Vp: then the shards pad it further (llmc/model/params.h:
-// tp_vocab_rows), and checkpoints still hold Vp rows.
+// the width of a whole row of logits, tp x the local vocabulary: Vp, or more where tp does not
+// divide Vp (the shards pad it further: params_shard.h's tp_vocab_rows)
 static inline int gpt2_run_vocab(const GPT2* m) { return tp_padded_vocab(m->config.padded_vocab_size, m->place.tp); }
 static inline int gpt2_local_layers(const GPT2* m) { return gpt2_place_num_layers(&m->place); }
 // layers one activation slot holds: one chunk's (all the stage's without interleaving)
 static inline int gpt2_slot_layers(const GPT2* m) { return gpt2_place_chunk_layers(&m->place); }
 
-// The floats the attention op saves per layer for its backward (its own count, or the kernel's)
-static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) {
-    const GPT2Ops* o = &model->ops;
-    int NH = gpt2_local_heads(model);
-    if (o->attention.state_size) { return o->attention.state_size(o->attention.ctx, B, T, (int)gpt2_local_attn(model), NH); }
-    return attention_state_size(B, T, NH);
-}
+// Beside this file: where block l's activations are in a slot (and the slot's output) and AdamW's
+// state, in gpt2_build.h; what a block's backward rebuilds first with --recompute (recompute.h).
+static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l);
+static inline floatX* gpt2_stage_output(GPT2* model, int slot);
+static inline void gpt2_allocate_optimizer(GPT2* model);
+static inline void gpt2_block_recompute(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b);
 
 // ---------------------------------------------------------------------------------------
 // Forward pieces
@@ -244,54 +214,6 @@ static inline void gpt2_embed_forward(GPT2* model, int slot) {
     OpAt at = gpt2_at(model, slot, -1);
     model->ops.embedding.forward(model->ops.embedding.ctx, &at, a->encoded, a->inputs, model->positions, model->root.wte,
                                  model->root.wpe, model->config.channels);
-}
-
-// Activation recomputation (--recompute) plugs into the passes at two points, both in
-// llmc/model/recompute.h: where the activations of a layer are when the forward does not keep them
-// all (gpt2_recompute_block_acts), and what the backward of a block rebuilds first from what it
-// kept (gpt2_block_recompute: nothing without --recompute).
-static inline BlockActs gpt2_recompute_block_acts(GPT2* model, const ActivationTensors* a, size_t li);
-static inline void gpt2_block_recompute(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b);
-
-// Block l's saved activations in a slot (l: global layer index; li: its index in the slot,
-// whose layers are one chunk's): layer li's part of each of the slot's buffers.
-static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
-    ActivationTensors* a = &model->acts[slot];
-    size_t BT = (size_t)a->B * a->T, BTs = (size_t)a->B * a->Ts, C = model->config.channels;
-    int local = gpt2_place_local(&model->place, l);
-    if (local < 0 || local / gpt2_slot_layers(model) != a->chunk) {
-        die("block %d is not in chunk %d of this pipeline stage", l, a->chunk);
-    }
-    size_t li = (size_t)(local % gpt2_slot_layers(model));
-    size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
-    size_t att = gpt2_attention_state_size(model, a->B, a->T);
-    BlockActs b;
-    if (model->recompute) {
-        b = gpt2_recompute_block_acts(model, a, li);   // --recompute keeps fewer (llmc/model/recompute.h)
-    } else {
-        b.ln1 = a->ln1 + li * BTs * C;
-        b.ln1_mean = a->ln1_mean + li * BTs;
-        b.ln1_rstd = a->ln1_rstd + li * BTs;
-        b.qkv = a->qkv + li * BT * Cq;
-        b.atty = a->atty + li * BT * Ca;
-        b.attproj = a->attproj + li * BTs * C;
-        b.residual2 = a->residual2 + li * BTs * C;
-        b.ln2 = a->ln2 + li * BTs * C;
-        b.ln2_mean = a->ln2_mean + li * BTs;
-        b.ln2_rstd = a->ln2_rstd + li * BTs;
-        b.fch = a->fch + li * BT * H;
-        b.fcproj = a->fcproj + li * BTs * C;
-        b.att = a->att + li * att;
-        b.fch_gelu = a->fch_gelu + li * BT * H;
-    }
-    b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BTs * C;
-    b.residual3 = a->residual3 + li * BTs * C;
-    return b;
-}
-// the output of the slot's last block (what the head, or the next stage, reads)
-static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
-    ActivationTensors* a = &model->acts[slot];
-    return a->residual3 + (size_t)(gpt2_slot_layers(model) - 1) * a->B * a->Ts * model->config.channels;
 }
 
 // The block's computation on given weights and activation buffers: the one copy of the block
@@ -420,8 +342,8 @@ static inline void gpt2_embed_backward(GPT2* model, int slot) {
 static inline void gpt2_backward_end(GPT2* model) { hooks_backward_end(&model->hooks); }
 
 // ---------------------------------------------------------------------------------------
-// The whole model on one micro-batch (slot 0), composed of the pieces: what a rank that holds
-// every layer runs, and what the tests call.
+// The whole model on one micro-batch (slot 0), the pieces in order: what a rank that holds every
+// layer runs, and what the tests call.
 
 static inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
     gpt2_set_batch(model, 0, inputs, B, T);
@@ -460,21 +382,6 @@ static inline float gpt2_grad_norm(GPT2* model) {
     return sqrtf(norm_sq);
 }
 
-// AdamW state (and the fp32 master copy where the backend has one) for every parameter.
-static inline void gpt2_allocate_optimizer(GPT2* model) {
-    model->opt_offset = 0;
-    model->opt_count = model->num_parameters;
-    size_t bytes = model->num_parameters * sizeof(float);
-    model->m_memory = (float*)device_malloc(bytes);
-    model->v_memory = (float*)device_malloc(bytes);
-    device_memset_zero(model->m_memory, bytes);
-    device_memset_zero(model->v_memory, bytes);
-    if (BACKEND_MASTER_WEIGHTS) {   // the fp32 copy AdamW updates; params get it rounded to bf16
-        model->master_memory = (float*)device_malloc(bytes);
-        convert_floatX_to_float(model->master_memory, model->params_memory, model->num_parameters);
-    }
-}
-
 static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_clip) {
     if (model->m_memory == NULL) { gpt2_allocate_optimizer(model); }
@@ -487,25 +394,19 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
         const ParamInfo* p = &model->param_info[i];
         if (p->numel == 0) { continue; }
         adamw_update(model->params_memory + p->offset, model->master_memory ? model->master_memory + p->offset : NULL,
-                     model->grads_memory + p->offset,
-                     model->m_memory + p->offset, model->v_memory + p->offset, p->numel, lr, beta1, beta2,
-                     eps, p->decay ? weight_decay : 0.0f, model->step, grad_scale,
-                     (unsigned int)(model->step * 1000003u + i));
+                     model->grads_memory + p->offset, model->m_memory + p->offset, model->v_memory + p->offset, p->numel,
+                     lr, beta1, beta2, eps, p->decay ? weight_decay : 0.0f, model->step, grad_scale,
+                     (unsigned int)(model->step * 1000003u + i));   // i: the tensor's stochastic-rounding seed
     }
     return norm;
 }
 
-// The auxiliary load-balancing loss of the last forward on a slot (0 for a dense model), and the
-// (token, expert) pairs its capacity dropped
+// The auxiliary load-balancing loss of the last forward on a slot (0 for a dense model)
 static inline float gpt2_aux_loss(const GPT2* model, int slot) {
     return model->moe ? moe_aux_loss(model->moe, slot, model->acts[slot].B) : 0.0f;
 }
-static inline size_t gpt2_moe_dropped(const GPT2* model, int slot) { return model->moe ? moe_dropped(model->moe, slot) : 0; }
 
-
-// ---------------------------------------------------------------------------------------
-// Beside the passes: the optional pieces that plug into them, the formulas, the building
-
+// ---- beside the passes: the optional pieces that plug into them, the formulas, the building
 #include "recompute.h"              // --recompute: gpt2_recompute_block_acts, gpt2_block_recompute
 #include "zero_bubble_backward.h"   // gpt2_block_backward in two halves, B and W (zero-bubble pipelines)
 #include "gpt2_accounting.h"        // bytes and FLOPs in closed form (the planner's, the memory tables')

@@ -1,9 +1,17 @@
 // The model's accounting: its memory and its compute in closed form, from the shapes alone (no
-// allocation). The planner (llmc/planner/search.h) predicts with these, the memory tables
-// (llmc/parallel/plan.h) print them beside what was allocated, and the allocation checks against
-// gpt2_state_bytes before it asks for the memory (llmc/model/gpt2_build.h). Included by
-// llmc/model/gpt2.h (it needs GPT2).
+// allocation), and its line in the run's header. The planner (llmc/planner/search.h) predicts
+// with these, the memory tables (llmc/parallel/plan.h) print them beside what was allocated, and
+// the allocation checks against gpt2_state_bytes before it asks for the memory
+// (llmc/model/gpt2_build.h). Included by llmc/model/gpt2.h (it needs GPT2).
 #pragma once
+
+// The floats the attention op saves per layer for its backward (its own count, or the kernel's)
+static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) {
+    const GPT2Ops* o = &model->ops;
+    int NH = gpt2_local_heads(model);
+    if (o->attention.state_size) { return o->attention.state_size(o->attention.ctx, B, T, (int)gpt2_local_attn(model), NH); }
+    return attention_state_size(B, T, NH);
+}
 
 // This rank's parameters with their gradients, AdamW's two moments and (where floatX is narrower
 // than fp32) the fp32 master copy, in bytes.
@@ -14,10 +22,10 @@ static inline double gpt2_state_bytes(const GPT2* model) {
 
 // The activation bytes of `slots` slots of B x T tokens in closed form: the count in the lecture
 // "Data Parallelism in LLM Training" (from Korthikanti et al. 2022: 34 sbh + 5 a s^2 b bytes per
-// layer at 2 bytes a value) written
-// for this code, with v bytes a value (sizeof(floatX): 4 on the CPU, 2 for CUDA's bf16), h = C,
-// Ts the residual stream's tokens (T, or T/tp with SP), and S_att the attention op's state
-// floats per layer (CPU: B NH/tp T^2, the probabilities; CUDA: B NH/tp T, the log-sum-exps):
+// layer at 2 bytes a value) written for this code, with v bytes a value (sizeof(floatX): 4 on the
+// CPU, 2 for CUDA's bf16), h = C, Ts the residual stream's tokens (T, or T/tp with SP), and S_att
+// the attention op's state floats per layer (CPU: B NH/tp T^2, the probabilities; CUDA: B NH/tp T,
+// the log-sum-exps):
 //   one whole block  B Ts (6 v h + 16) + B T 12 v h/tp + 4 S_att
 //     stream (6 h): ln1, attproj, residual2, ln2, fcproj, residual3; 16: 4 fp32 layernorm statistics
 //     tp region (12 h/tp): qkv 3, atty 1, fch 4, fch_gelu 4
@@ -64,3 +72,21 @@ static inline double gpt2_flops_per_token(const GPT2* model, int T) {
     return 6.0 * params + 12.0 * c->num_layers * c->channels * (double)T;
 }
 
+// The (token, expert) pairs the MoE blocks' capacity dropped in the last forward on a slot
+static inline size_t gpt2_moe_dropped(const GPT2* model, int slot) { return model->moe ? moe_dropped(model->moe, slot) : 0; }
+
+// The run header's line of the model, and where tp does not divide Vp, how the shards pad the
+// vocabulary (llmc/model/params_shard.h: tp_vocab_rows).
+static inline void gpt2_print_shape(const GPT2* model) {
+    const GPT2Config* cfg = &model->config;
+    printf("model        L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters", cfg->num_layers, cfg->num_heads,
+           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model->num_parameters_full);
+    if (model->num_parameters != model->num_parameters_full) { printf(", %zu in this rank's shard", model->num_parameters); }
+    printf("\n");
+    if (gpt2_run_vocab(model) != cfg->padded_vocab_size) {
+        int Vr = gpt2_run_vocab(model), Vp = cfg->padded_vocab_size;
+        printf("vocabulary   %d tokens padded to %d rows (%d x %d) so that --tp %d divides them: the %d rows past %d are "
+               "zero and outside the loss; checkpoints and states keep %d\n", cfg->vocab_size, Vr, model->place.tp,
+               gpt2_local_vocab(model), model->place.tp, Vr - Vp, Vp, Vp);
+    }
+}

@@ -10,13 +10,14 @@
 #include "../rand.h"
 
 // ---------------------------------------------------------------------------------------
-// Placement hooks (llmc/model/hooks.h): installing and removing a table
+// The extension points: a placement's table of hooks installed and removed (llmc/model/hooks.h),
+// and the ops a model starts with
 
 static inline void gpt2_add_hooks(GPT2* model, const GPT2Hooks* h) { hooks_add(&model->hooks, h); }
 static inline void gpt2_remove_hooks(GPT2* model, void* ctx) { hooks_remove(&model->hooks, ctx); }
 
-// The ops table a model starts with: llmc/model/ops.h's entries (the backend's kernels on the
-// whole layer) and the MLP of llmc/model/gpt2.h. A strategy replaces entries afterwards.
+// llmc/model/ops.h's default entries (the backend's kernels on the whole layer) and the MLP of
+// llmc/model/gpt2.h. A strategy replaces entries afterwards.
 static inline GPT2Ops gpt2_default_ops(void) {
     GPT2Ops o;
     memset(&o, 0, sizeof(o));
@@ -35,6 +36,46 @@ static inline GPT2Ops gpt2_default_ops(void) {
 
 // ---------------------------------------------------------------------------------------
 // The shape
+
+// Named model sizes for --model. "tiny" is the default job's model (about 1.2M parameters
+// with the byte tokenizer); the gpt2* sizes are OpenAI's.
+static inline int gpt2_config_preset(const char* name, GPT2Config* cfg) {
+    struct { const char* name; int L, NH, C, maxT, V; } presets[] = {
+        {"tiny", 6, 4, 128, 128, 257},
+        {"gpt2", 12, 12, 768, 1024, 50257},
+        {"gpt2-medium", 24, 16, 1024, 1024, 50257},
+        {"gpt2-large", 36, 20, 1280, 1024, 50257},
+        {"gpt2-xl", 48, 25, 1600, 1024, 50257},
+    };
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        if (strcmp(presets[i].name, name) == 0) {
+            cfg->num_layers = presets[i].L;
+            cfg->num_heads = presets[i].NH;
+            cfg->channels = presets[i].C;
+            cfg->max_seq_len = presets[i].maxT;
+            cfg->vocab_size = presets[i].V;
+            cfg->padded_vocab_size = padded_vocab(presets[i].V);
+            cfg->num_experts = cfg->moe_topk = cfg->moe_every = 0;   // dense; --moe-experts makes it MoE
+            cfg->moe_capacity = cfg->moe_aux = 0.0f;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static inline void gpt2_check_moe(const GPT2Config* c) {
+    if (c->num_experts == 0) { return; }
+    if (c->num_experts < 0 || c->moe_topk < 1 || c->moe_topk > c->num_experts) {
+        die("mixture of experts: top-k %d must be between 1 and the %d experts", c->moe_topk, c->num_experts);
+    }
+    if (c->moe_every < 1 || c->moe_every > c->num_layers) {
+        die("mixture of experts: every %d-th block must be between 1 and the %d layers", c->moe_every, c->num_layers);
+    }
+    if (!(c->moe_capacity > 0.0f) || !(c->moe_aux >= 0.0f)) {
+        die("mixture of experts: the capacity factor (%g) must be > 0 and the aux coefficient (%g) >= 0", c->moe_capacity,
+            c->moe_aux);
+    }
+}
 
 // Sane limits on a shape, far above every GPT-2 and today's largest models (GPT-3 175B: 96 layers,
 // 12288 channels; DeepSeek-V3: 256 routed experts), below where a count would overflow or a
@@ -286,6 +327,62 @@ static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, in
     gpt2_activations_slots(model, B, T, slots, 0);
 }
 static inline void gpt2_allocate_activations(GPT2* model, int B, int T) { gpt2_allocate_activations_slots(model, B, T, 1); }
+
+// Block l's saved activations in a slot (l: global layer index; li: its index in the slot,
+// whose layers are one chunk's): layer li's part of each of the slot's buffers, laid out above.
+static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
+    ActivationTensors* a = &model->acts[slot];
+    size_t BT = (size_t)a->B * a->T, BTs = (size_t)a->B * a->Ts, C = model->config.channels;
+    int local = gpt2_place_local(&model->place, l);
+    if (local < 0 || local / gpt2_slot_layers(model) != a->chunk) {
+        die("block %d is not in chunk %d of this pipeline stage", l, a->chunk);
+    }
+    size_t li = (size_t)(local % gpt2_slot_layers(model));
+    size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
+    size_t att = gpt2_attention_state_size(model, a->B, a->T);
+    BlockActs b;
+    if (model->recompute) {
+        b = gpt2_recompute_block_acts(model, a, li);   // --recompute keeps fewer (llmc/model/recompute.h)
+    } else {
+        b.ln1 = a->ln1 + li * BTs * C;
+        b.ln1_mean = a->ln1_mean + li * BTs;
+        b.ln1_rstd = a->ln1_rstd + li * BTs;
+        b.qkv = a->qkv + li * BT * Cq;
+        b.atty = a->atty + li * BT * Ca;
+        b.attproj = a->attproj + li * BTs * C;
+        b.residual2 = a->residual2 + li * BTs * C;
+        b.ln2 = a->ln2 + li * BTs * C;
+        b.ln2_mean = a->ln2_mean + li * BTs;
+        b.ln2_rstd = a->ln2_rstd + li * BTs;
+        b.fch = a->fch + li * BT * H;
+        b.fcproj = a->fcproj + li * BTs * C;
+        b.att = a->att + li * att;
+        b.fch_gelu = a->fch_gelu + li * BT * H;
+    }
+    b.residual = li == 0 ? a->encoded : a->residual3 + (li - 1) * BTs * C;
+    b.residual3 = a->residual3 + li * BTs * C;
+    return b;
+}
+// the output of the slot's last block (what the head, or the next stage, reads)
+static inline floatX* gpt2_stage_output(GPT2* model, int slot) {
+    ActivationTensors* a = &model->acts[slot];
+    return a->residual3 + (size_t)(gpt2_slot_layers(model) - 1) * a->B * a->Ts * model->config.channels;
+}
+
+// AdamW state (and the fp32 master copy where the backend has one) for every parameter.
+static inline void gpt2_allocate_optimizer(GPT2* model) {
+    model->opt_offset = 0;
+    model->opt_count = model->num_parameters;
+    size_t bytes = model->num_parameters * sizeof(float);
+    model->m_memory = (float*)device_malloc(bytes);
+    model->v_memory = (float*)device_malloc(bytes);
+    device_memset_zero(model->m_memory, bytes);
+    device_memset_zero(model->v_memory, bytes);
+    if (BACKEND_MASTER_WEIGHTS) {   // the fp32 copy AdamW updates; params get it rounded to bf16
+        model->master_memory = (float*)device_malloc(bytes);
+        convert_floatX_to_float(model->master_memory, model->params_memory, model->num_parameters);
+    }
+}
 
 // Copy the logits of position (b, t) of the last forward to a host array of Vp floats.
 static inline void gpt2_logits_to_host(GPT2* model, int b, int t, float* out) {

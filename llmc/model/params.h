@@ -1,23 +1,17 @@
 // GPT-2's configuration and its parameter table: every tensor, its shape, where it sits in the
-// one flat buffer, how AdamW treats it and how it is initialised. The order is llm.c's
-// checkpoint order:
+// one flat buffer, how AdamW treats it and how it is initialised, in llm.c's checkpoint order:
 //
 //   wte (Vp, C)   wpe (maxT, C)            the embedding; wte is also the LM head (tied)
 //   per block l:  ln1w, ln1b (C)           qkvw (3C, C), qkvb (3C)      attprojw (C, C), attprojb (C)
 //                 ln2w, ln2b (C)           fcw (4C, C), fcb (4C)        fcprojw (C, 4C), fcprojb (C)
 //   lnfw, lnfb (C)                         the final layernorm
 //
-// The layered tensors (one slice per block) are stored as one (L, ...) tensor each, so the whole
-// model is ONE flat buffer; a tensor is a pointer into it (point_parameters).
-// Parameter count: Vp*C + maxT*C + L*(12*C^2 + 13*C) + 2*C.
-//
-// A mixture-of-experts model (llmc/model/moe.h: --moe-experts E, every N-th block) has the MLP of
-// its Lm MoE blocks in five more tensors, appended after lnfb (routerw (Lm, E, C), expfcw,
-// expfcb, expfcprojw, expfcprojb: E experts each); fcw, fcb, fcprojw, fcprojb then hold the
-// L - Lm dense blocks. A dense model has Lm = 0: the table is llm.c's exactly.
-//
-// This file describes the WHOLE model. A rank that holds a shard of it (tensor, pipeline or expert
-// parallelism) has the same table with local shapes and offsets: llmc/model/params_shard.h.
+// A layered tensor holds the slices of all L blocks, (L, ...), so the whole model is ONE flat
+// buffer and each tensor a pointer into it (point_parameters). Parameter count:
+// Vp*C + maxT*C + L*(12*C^2 + 13*C) + 2*C. A mixture-of-experts model (llmc/model/moe.h) has the
+// MLPs of its Lm MoE blocks in five more tensors after lnfb (the dense MLP's four then hold the
+// L - Lm dense blocks); a dense model has Lm = 0, llm.c's table exactly.
+// This is the WHOLE model; a rank's shard of it (tp, pp, ep): llmc/model/params_shard.h.
 #pragma once
 
 #include <string.h>
@@ -54,46 +48,6 @@ static inline size_t moe_expert_params(const GPT2Config* c, int tp) {
 
 // Round the vocabulary up to a multiple of 64 (50257 -> 50304 for GPT-2, 257 -> 320 bytes+EOT).
 static inline int padded_vocab(int V) { return (V + 63) / 64 * 64; }
-
-// Named model sizes for --model. "tiny" is the default job's model (about 1.2M parameters
-// with the byte tokenizer); the gpt2* sizes are OpenAI's.
-static inline int gpt2_config_preset(const char* name, GPT2Config* cfg) {
-    struct { const char* name; int L, NH, C, maxT, V; } presets[] = {
-        {"tiny", 6, 4, 128, 128, 257},
-        {"gpt2", 12, 12, 768, 1024, 50257},
-        {"gpt2-medium", 24, 16, 1024, 1024, 50257},
-        {"gpt2-large", 36, 20, 1280, 1024, 50257},
-        {"gpt2-xl", 48, 25, 1600, 1024, 50257},
-    };
-    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
-        if (strcmp(presets[i].name, name) == 0) {
-            cfg->num_layers = presets[i].L;
-            cfg->num_heads = presets[i].NH;
-            cfg->channels = presets[i].C;
-            cfg->max_seq_len = presets[i].maxT;
-            cfg->vocab_size = presets[i].V;
-            cfg->padded_vocab_size = padded_vocab(presets[i].V);
-            cfg->num_experts = cfg->moe_topk = cfg->moe_every = 0;   // dense; --moe-experts makes it MoE
-            cfg->moe_capacity = cfg->moe_aux = 0.0f;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static inline void gpt2_check_moe(const GPT2Config* c) {
-    if (c->num_experts == 0) { return; }
-    if (c->num_experts < 0 || c->moe_topk < 1 || c->moe_topk > c->num_experts) {
-        die("mixture of experts: top-k %d must be between 1 and the %d experts", c->moe_topk, c->num_experts);
-    }
-    if (c->moe_every < 1 || c->moe_every > c->num_layers) {
-        die("mixture of experts: every %d-th block must be between 1 and the %d layers", c->moe_every, c->num_layers);
-    }
-    if (!(c->moe_capacity > 0.0f) || !(c->moe_aux >= 0.0f)) {
-        die("mixture of experts: the capacity factor (%g) must be > 0 and the aux coefficient (%g) >= 0", c->moe_capacity,
-            c->moe_aux);
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // The parameter table
@@ -136,8 +90,7 @@ typedef struct {
     int layered;        // 1: the leading dimension is the layer (one slice per block)
     int shard;          // SHARD_*: how tensor parallelism splits it
     int used_by;        // outside the blocks: USE_EMBEDDING | USE_HEAD
-    int norm;           // 1: a layernorm's weight or bias. Under sequence parallelism each tp rank
-                        // normalises T/tp of the tokens, so its gradient is a partial sum over tp
+    int norm;           // 1: a layernorm's weight or bias (under SP its gradient is a partial sum over tp)
     int layers;         // LAYERS_*: the blocks a layered tensor has slices for (its leading dimension)
     int every;          // the model's MoE period N (0: dense), to tell the blocks apart
     int experts;        // 1: the dimension after the layer is the expert, split over ep
@@ -216,16 +169,3 @@ typedef struct {
     floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
     floatX *routerw, *expfcw, *expfcb, *expfcprojw, *expfcprojb;   // an MoE block's (NULL in a dense block)
 } BlockWeights;
-
-// block tensor k (0..16) is table entry 2..13 (the dense blocks' tensors), then 16..20 (MoE)
-static inline int block_tensor_index(int k) { return k < 12 ? k + 2 : k + 4; }
-// the block tensor of table entry i, or -1 (a root tensor)
-static inline int table_block_tensor(int i) { return i >= 2 && i < 14 ? i - 2 : (i >= 16 ? i - 4 : -1); }
-
-static inline floatX** block_tensor(BlockWeights* w, int k) {   // k = 0..16, table entry block_tensor_index(k)
-    floatX** ptrs[NUM_BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
-                                        &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb,
-                                        &w->routerw, &w->expfcw, &w->expfcb, &w->expfcprojw, &w->expfcprojb};
-    return ptrs[k];
-}
-

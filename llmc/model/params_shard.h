@@ -277,6 +277,21 @@ static inline void param_slice(const ParamInfo* full_table, const ParamInfo* loc
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// A block's weights in this rank's flat buffer
+
+// block tensor k (0..16) is table entry 2..13 (the dense blocks' tensors), then 16..20 (MoE)
+static inline int block_tensor_index(int k) { return k < 12 ? k + 2 : k + 4; }
+// the block tensor of table entry i, or -1 (a root tensor)
+static inline int table_block_tensor(int i) { return i >= 2 && i < 14 ? i - 2 : (i >= 16 ? i - 4 : -1); }
+
+static inline floatX** block_tensor(BlockWeights* w, int k) {   // k = 0..16, table entry block_tensor_index(k)
+    floatX** ptrs[NUM_BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
+                                        &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb,
+                                        &w->routerw, &w->expfcw, &w->expfcb, &w->expfcprojw, &w->expfcprojb};
+    return ptrs[k];
+}
+
 // Block l's (global index) weights inside a flat buffer laid out as this rank's table: each
 // tensor's slice of the block, NULL where the tensor has none (an MoE block has no fcw, ...).
 static inline BlockWeights block_weights_in(floatX* flat, const ParamInfo* table, const GPT2Place* place, int l) {

@@ -16,9 +16,9 @@
 //                                                   lockstep, as in Megatron)
 //
 // The recomputed tensors come from the same kernels on the same inputs, so the gradients, and
-// the losses, are bit-identical to no recomputation. It plugs into the plain passes of
-// llmc/model/gpt2.h at two points: gpt2_block_acts asks gpt2_recompute_block_acts where a
-// layer's activations are, and gpt2_block_backward calls gpt2_block_recompute before it starts.
+// the losses, are bit-identical to no recomputation. It plugs in at two points: gpt2_block_acts
+// (llmc/model/gpt2_build.h) asks gpt2_recompute_block_acts where a layer's activations are, and
+// gpt2_block_backward (llmc/model/gpt2.h) calls gpt2_block_recompute before it starts.
 // The bytes of each mode: gpt2_activation_formula (llmc/model/gpt2_accounting.h). Included by
 // llmc/model/gpt2.h (it needs GPT2).
 #pragma once
