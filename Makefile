@@ -208,7 +208,7 @@ endif
 BENCH_BLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DLLMC_OPENBLAS $$(pkg-config --cflags openblas)")
 BENCH_BLAS_LIBS := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
 BENCH_FLAGS = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra $(BENCH_BLAS)
-bench_matmul: dev/cpu/bench_matmul.cpp llmc/cpu/matmul.h build/config/bench_matmul.flags
+bench_matmul: dev/cpu/bench_matmul.cpp $(wildcard llmc/cpu/matmul*.h) build/config/bench_matmul.flags
 	$(CXX) $(BENCH_FLAGS) $< -o $@ $(BENCH_BLAS_LIBS)
 build/config/bench_matmul.flags: CONFIG = $(CXX) $(BENCH_FLAGS) $(BENCH_BLAS_LIBS) ($(CXX_VERSION))
 

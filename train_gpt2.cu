@@ -42,8 +42,7 @@ int main(int argc, char** argv) {
     GPT2 model;
     train_state_model(&model, &args, plan_place, &plan);   // the shard of it this rank holds (--resume: the saved one)
     model.recompute = gpt2_recompute_parse(args.recompute);   // what the forward keeps per layer (before allocating)
-    const GPT2Config* cfg = &model.config;
-    if (args.seq > cfg->max_seq_len) { die("--seq %d exceeds the model's maximum sequence length %d", args.seq, cfg->max_seq_len); }
+    if (args.seq > model.config.max_seq_len) { die("--seq %d exceeds the model's maximum sequence length %d", args.seq, model.config.max_seq_len); }
     int B = plan_micro_batch(&plan), T = args.seq;
     gpt2_allocate_activations(&model, B, plan_local_seq(&plan, T));   // T/cp tokens per sequence with --cp
     plan_attach(&plan, &model);   // this rank's placement (data parallelism's hooks), the step
@@ -52,16 +51,7 @@ int main(int argc, char** argv) {
 
     // ---- what we are about to do
     plan_print(&plan);
-    printf("model        L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters", cfg->num_layers, cfg->num_heads,
-           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, model.num_parameters_full);
-    if (model.num_parameters != model.num_parameters_full) { printf(", %zu in this rank's shard", model.num_parameters); }
-    printf("\n");
-    if (gpt2_run_vocab(&model) != cfg->padded_vocab_size) {   // tp does not divide Vp: the shards pad further (llmc/model/params.h)
-        int Vr = gpt2_run_vocab(&model), Vp = cfg->padded_vocab_size;
-        printf("vocabulary   %d tokens padded to %d rows (%d x %d) so that --tp %d divides them: the %d rows past %d are "
-               "zero and outside the loss; checkpoints and states keep %d\n", cfg->vocab_size, Vr, model.place.tp,
-               gpt2_local_vocab(&model), model.place.tp, Vr - Vp, Vp, Vp);
-    }
+    gpt2_print_shape(&model);   // its sizes (and the vocabulary's padding under --tp: llmc/model/gpt2_accounting.h)
     printf("batch        %d sequences x %d tokens = %d tokens per step (micro-batch %d, %d micro-steps)\n", args.batch, T,
            args.batch * T, B, args.grad_accum);
     task.describe(&task);

@@ -13,11 +13,13 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/attention.h"
+#include "cpu/kv_cache.h"         // the KV-cache kernels of generation (llmc/model/generate.h)
 #include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
 #include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/model/moe.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"
 #include "cpu/classifier.h"
+#include "cpu/classifier_vocab_parallel.h"   // the loss over tp ranks (llmc/parallel/vocab.h)
 #include "cpu/global_norm.h"
 #include "cpu/adamw.h"
 #include "cpu/quantize.h"       // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)

@@ -34,7 +34,7 @@ PERTURBATIONS = [
     ("loss: local max instead of the max over tp", "llmc/parallel/vocab.h", "stmt",
      'tp_allreduce(tp, "vocab loss: all-reduce max", maxes, (size_t)N, COMM_FP32, COMM_MAX);', "(void)maxes;"),
     # (these two change nothing where tp divides the padded vocabulary: only the tp 3 case sees them)
-    ("vocab shard placed at t Vp/tp", "llmc/model/params.h", "expr",
+    ("vocab shard placed at t Vp/tp", "llmc/model/params_shard.h", "expr",
      "t * (size_t)tp_vocab_rows((int)rows, (int)tp) + r", "t * (rows / tp) + r"),
     ("loss given the checkpoint Vp, not the run vocabulary", "llmc/model/gpt2.h", "expr",
      "gpt2_run_vocab(model)", "model->config.padded_vocab_size",
@@ -67,9 +67,9 @@ PERTURBATIONS = [
      "((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f)"),
     ("no skip", "llmc/train/loss_scale.h", "stmt", "if (s->on) { model->skip_nonfinite = 1; }", "(void)0;"),
     # test/test_recompute.sh
-    ("selective recomputation skips the GELU", "llmc/model/gpt2.h", "stmt",
+    ("selective recomputation skips the GELU", "llmc/model/recompute.h", "stmt",
      "if (dense) { gelu_forward(b->fch_gelu, b->fch, (size_t)at->B * at->T * H); }", "(void)dense;"),
-    ("full recomputation skips the MLP", "llmc/model/gpt2.h", "expr", "dense", "!dense",
+    ("full recomputation skips the MLP", "llmc/model/recompute.h", "expr", "dense", "!dense",
      "if (dense) {\n            MLPActs mlp = {b->fch, b->fch_gelu, b->fcproj};"),
     # test/test_state.sh
     ("data position not restored", "llmc/train/train_state.h", "stmt", "task->set_position(task, &pos, ppath.c_str());", ""),
@@ -90,8 +90,8 @@ PERTURBATIONS = [
      "if (mode[0] == 'r') { check_regular_file_or_die(path); }"),
     ("outputs not compared with the inputs", "llmc/train/outputs.h", "expr", "same_file(o, x)", "0"),
     ("no upper bounds on the flags", "llmc/train/train_args_check.h", "expr", "m.value > m.most", "0"),
-    ("no limits on the model's shape", "llmc/model/gpt2.h", "expr", "l.value > l.most", "0"),
-    ("memory not checked before it is allocated", "llmc/model/gpt2.h", "expr", "bytes > have", "0"),
+    ("no limits on the model's shape", "llmc/model/gpt2_build.h", "expr", "l.value > l.most", "0"),
+    ("memory not checked before it is allocated", "llmc/model/gpt2_build.h", "expr", "bytes > have", "0"),
     ("a checkpoint header not checked against its file", "llmc/model/checkpoint.h", "expr", "size != need", "0"),
     ("flags that do nothing accepted", "llmc/train/train_args_check.h", "expr", "args_given(r.flag) && !r.used", "0"),
     ("a links line of any length", "llmc/planner/machine.h", "expr", "words.size() != 3", "words.size() < 3"),

@@ -53,6 +53,7 @@ namespace cpu {
 #include "../llmc/cpu/layernorm.h"
 #include "../llmc/cpu/matmul.h"
 #include "../llmc/cpu/attention.h"
+#include "../llmc/cpu/kv_cache.h"
 #include "../llmc/cpu/attention_block.h"
 #include "../llmc/cpu/moe.h"
 #include "../llmc/cpu/gelu.h"

@@ -64,7 +64,7 @@ for entry in "${RUNS[@]}"; do
 done
 [ $status -eq 0 ] && pass "every emulated tp run: memory lines = formula, counted tp bytes = formula on every step (native excepted)"
 
-# tp 3 does not divide the padded vocabulary 320: the shards hold 3 x 128 rows (llmc/model/params.h:
+# tp 3 does not divide the padded vocabulary 320: the shards hold 3 x 128 rows (llmc/model/params_shard.h:
 # tp_vocab_rows), the last one 1 real row and 127 of padding that the kernels must keep out of
 # the loss. fp32, 3 heads of 16 channels, against its own one-rank run (the fp32 reference is
 # replaced: the table above is done with it); test_tp.sh checks the checkpoint's layout.

@@ -6,7 +6,7 @@
 #       trainer within 1e-4;
 #   (b) determinism: two emulated runs write byte-identical --log files (loss, norm, lr at full
 #       precision; no times) and byte-identical checkpoints;
-#   (b') --recompute full (llmc/model/gpt2.h) writes the same --log bytes as the run without, and its
+#   (b') --recompute full (llmc/model/recompute.h) writes the same --log bytes as the run without, and its
 #       activation bytes equal the formula;
 #   (c) save/resume: a 5-step checkpoint reloads bit-exactly (load, one step at lr 0, save:
 #       identical bytes), a run resumed from it twice gives identical bits (the optimizer state's
@@ -76,7 +76,7 @@ else
     fail "determinism (emulated bf16)" "the step logs or the checkpoints of two identical runs differ"
 fi
 
-# --- (b') activation recomputation (llmc/model/gpt2.h): the bf16 kernels rerun on the kept inputs give
+# --- (b') activation recomputation (llmc/model/recompute.h): the bf16 kernels rerun on the kept inputs give
 # the same bits, so --recompute full writes the --log of the run without; its activation bytes
 # equal gpt2_activation_formula at 2 bytes a value
 $EMU/train_gpt2cu $D $SMALL --steps 10 --recompute full --log "$T/bf16_full.log" >"$T/bf16_full.out" 2>&1

@@ -34,6 +34,7 @@
 #include <functional>
 #include "../llmc/common.h"
 #include "../llmc/backend.h"
+#include "../llmc/cpu/matmul_naive.h"   // the reference the matmul is checked against
 #include "../llmc/rand.h"
 
 typedef std::vector<double> vec;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Activation recomputation (--recompute none|selective|full; llmc/model/gpt2.h, doc/memory.md)
+# Activation recomputation (--recompute none|selective|full; llmc/model/recompute.h, doc/memory.md)
 # on CPU ranks in fp32:
 #   - bit-identical: the --log (loss, gradient norm, lr at full precision) of selective and of full
 #     recomputation is byte for byte the one without (cmp), on one rank, with dp 2, tp 2, tp 2 +

@@ -135,6 +135,11 @@ static void counting_attention_backward(void* ctx, const OpAt* at, floatX* dqkv,
     op_attention_backward(NULL, at, dqkv, dout, qkv, state, C_, NH_);
 }
 
+static const char* linear_site_name(int site) {
+    static const char* names[NUM_LINEAR_SITES] = {"qkv", "attproj", "fc", "fcproj", "lm_head"};
+    return names[site];
+}
+
 static void test_ops(void) {
     GPT2Step step = step_grad_accum();
     Batches b = make_batches(1, 7);

@@ -125,7 +125,7 @@ reshard "dp4-zero3-to-dp2xtp2" 4 "--zero 3" 4 "--dp 2 --tp 2"
 reshard "pp2-to-one-rank" 2 "--pp 2 --grad-accum 2" 1 "--grad-accum 2"
 reshard "ep4-to-ep2" 4 "--moe-experts 4 --moe-every 1 --ep 4" 2 "--moe-experts 4 --moe-every 1 --ep 2"
 reshard "tp2-to-dp2-zero2" 2 "--tp 2" 2 "--zero 2"
-# tp 3 does not divide the padded vocabulary 320: its shards hold 384 rows (llmc/model/params.h:
+# tp 3 does not divide the padded vocabulary 320: its shards hold 384 rows (llmc/model/params_shard.h:
 # tp_vocab_rows), its state 320; tp 2 holds 320 again (6 heads of 8 channels: both divide them)
 reshard "tp3-to-tp2" 3 "--heads 6 --channels 48 --tp 3" 2 "--heads 6 --channels 48 --tp 2"
 

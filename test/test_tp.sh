@@ -83,7 +83,7 @@ check 4 ref2 "dp 2 x tp 2 + SP, ZeRO-2, 2 micro-steps" --tp 2 --sp --zero 2 --gr
 check 2 sft "SFT, tp 2" --tp 2 $SFT
 MODEL=$RUN check 2 resumed "tp 2 from a checkpoint (sliced on load)" --tp 2 --load "$T/start.bin" --lr 5e-4
 
-# --- a tp that does not divide the padded vocabulary (llmc/model/params.h: tp_vocab_rows): tp 3 on
+# --- a tp that does not divide the padded vocabulary (llmc/model/params_shard.h: tp_vocab_rows): tp 3 on
 # 320 rows (3 heads of 16 channels). The run pads to 384 rows (3 x 128) and says so; what it
 # writes keeps 320: the checkpoint has the one-rank run's header and size, its padding rows
 # (257..319 of wte) are 0, and the training state it saves exports (scripts/state_to_model.py)

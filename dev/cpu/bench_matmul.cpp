@@ -24,6 +24,7 @@
 #include <vector>
 #include <algorithm>
 #include "../../llmc/cpu/matmul.h"
+#include "../../llmc/cpu/matmul_naive.h"
 
 typedef std::vector<float> Vec;
 

@@ -17,11 +17,10 @@
 // wpe may be NULL (only one rank of the group adds it, so the sum over ranks adds it once):
 //   forward:  out[b,t,:]  = (v0 <= tok < v0 + Vs ? wte_shard[tok - v0,:] : 0) + wpe[pos,:]
 //   backward: dwte_shard[tok - v0,:] += dout[b,t,:] for the tokens in range; dwpe as above
-// pos is t, or positions[b T + t] when positions is given (generation: tokens of several
-// sequences at arbitrary positions, as B = 1, T = N; context parallelism: this rank's part of
-// each sequence, llmc/parallel/cp.h). The backward reads positions[t] (the first sequence's):
-// in training every sequence holds the same positions, all different. With v0 = 0 and every
-// token in range these are the plain embedding's passes.
+// pos is t, or positions[b T + t] when positions is given (generation, llmc/cpu/kv_cache.h;
+// context parallelism: this rank's part of each sequence, llmc/parallel/cp.h). The backward
+// reads positions[t] (the first sequence's): in training every sequence holds the same
+// positions, all different. With v0 = 0 and every token in range these are the plain passes.
 static inline void encoder_forward_vocab(float* out, const int* inp, const int* positions, const float* wte,
                                          const float* wpe, int v0, int Vs, int B, int T, int C) {
     #pragma omp parallel for collapse(2)
@@ -76,11 +75,4 @@ static inline void encoder_forward(float* out, const int* inp, const float* wte,
 }
 static inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
     encoder_backward_vocab(dwte, dwpe, dout, inp, NULL, 0, INT_MAX, B, T, C);
-}
-
-// Embedding of N tokens at arbitrary positions, for generation with a KV cache (llmc/model/generate.h):
-//   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]     j = 0..N-1
-static inline void encoder_forward_positions(float* out, const int* inp, const int* positions, const float* wte,
-                                             const float* wpe, int N, int C) {
-    encoder_forward_vocab(out, inp, positions, wte, wpe, 0, INT_MAX, 1, N, C);
 }

@@ -14,7 +14,7 @@
 enum { ROUND_ACT, ROUND_GRAD, ROUND_COPY };
 typedef struct {
     int prec;                                 // Precision: PREC_FP32, PREC_BF16, PREC_FP16
-    int paused;                               // 1: round without counting (a recomputed block, llmc/model/gpt2.h)
+    int paused;                               // 1: round without counting (a recomputed block, llmc/model/recompute.h)
     double nonzero[2], flushed[2], overflowed[2];
 } CpuPrecision;
 static CpuPrecision cpu_prec = {PREC_FP32, 0, {0, 0}, {0, 0}, {0, 0}};

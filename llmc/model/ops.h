@@ -1,30 +1,25 @@
 // The ops: HOW each sublayer of GPT-2 is computed. One of the three extension points of
-// doc/architecture.md (the others: the placement hooks of llmc/model/gpt2.h, where weights and
+// doc/architecture.md (the others: the placement hooks of llmc/model/hooks.h, where weights and
 // gradients live; the step of llmc/train/step.h, the order of the passes).
 //
 //   x ──ln1──> [linear QKV] ──> [attention] ──> [linear ATTPROJ] ──(+x)──ln2──> [mlp] ──(+)──>
 //   tokens ──> [embedding] ──> blocks ──> lnf ──> [linear LM_HEAD] ──> [classifier] ──> loss
 //
 // The passes (llmc/model/gpt2.h) call every bracketed sublayer through model->ops; the default
-// entries below are today's kernels on the whole layer. A strategy replaces entries, never the
-// passes:
+// entries below are the backend's kernels on the whole layer (the mlp's are in gpt2.h: fc, GELU,
+// fcproj through the linear entries, so a tensor-parallel linear parallelises the MLP too).
+// A strategy replaces entries, never the passes:
 //   tensor/sequence parallelism  linear (column-parallel QKV/FC with f, row-parallel ATTPROJ/
 //                                FCPROJ with g), embedding + LM_HEAD + classifier (vocab-parallel)
 //   context parallelism          attention (ring attention over the cp group)
 //   expert parallelism           mlp (router, all-to-all dispatch, experts, combine)
 //   generation (generate.h)      attention (over the KV cache)
-// An op sees where it is called (OpAt: the model, the micro-batch slot, the layer, B and T) and
-// this rank's LOCAL sizes: with tp ranks the QKV linear has 3C/tp outputs, attention NH/tp
-// heads, the MLP 4C/tp hidden units (llmc/model/params.h's shard rules). Tokens: T is the micro-batch's
-// sequence length, which attention and the tensor-parallel region inside the sublayers see; Ts is
-// the part of it the residual stream holds on this rank (T, or T/tp under sequence parallelism).
-// An entry's input and output on the residual stream (the embedding's output, a linear's input
-// at QKV/FC/LM_HEAD, its output at ATTPROJ/FCPROJ, the MLP's input and output) have B x Ts
-// tokens; everything inside (qkv, attention, the MLP's hidden units, the logits) has B x T. The
-// default entries need Ts = T; the sequence-parallel ones gather and scatter between the two.
-// Each sublayer's entries come with their own `ctx` (the owner's state: communicator, buffers),
-// so strategies that replace different sublayers do not collide; the default entries take none. The mlp and the linears are separate entries: the default mlp
-// calls model->ops.linear, so a tensor-parallel linear also parallelises the default MLP.
+// An op sees where it is called (OpAt) and this rank's LOCAL sizes (QKV's 3C/tp outputs, NH/tp
+// heads, 4C/tp hidden units: llmc/model/params_shard.h). Its input and output on the residual
+// stream (the embedding's output, a linear's input at QKV/FC/LM_HEAD and output at ATTPROJ/
+// FCPROJ, the MLP's) have B x Ts tokens, everything inside B x T: the default entries need
+// Ts = T, the sequence-parallel ones gather and scatter between the two. Each sublayer's entries
+// carry their own `ctx` (the owner's state), so strategies that replace different ones do not collide.
 #pragma once
 
 #include "../common.h"
@@ -41,17 +36,9 @@ typedef struct {
 } OpAt;
 
 typedef enum { LINEAR_QKV, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ, LINEAR_LM_HEAD, NUM_LINEAR_SITES } LinearSite;
-static inline const char* linear_site_name(int site) {
-    static const char* names[NUM_LINEAR_SITES] = {"qkv", "attproj", "fc", "fcproj", "lm_head"};
-    return names[site];
-}
 
 // the MLP's saved activations: fch = fc(x) before GELU, fch_gelu after, out = fcproj(...)
-typedef struct {
-    floatX* fch;
-    floatX* fch_gelu;
-    floatX* out;
-} MLPActs;
+typedef struct { floatX *fch, *fch_gelu, *out; } MLPActs;
 
 // Each sublayer: a forward, a backward, and the ctx its owner passes to both.
 typedef struct {
@@ -137,4 +124,3 @@ static inline void op_logits_row_to_host(void* ctx, const OpAt* at, const floatX
     convert_floatX_to_float(scratch, logits + (size_t)row * Vp, Vp);   // no allocation per call
     copy_device_to_host(out, scratch, (size_t)Vp * sizeof(float));
 }
-// op_mlp_forward / op_mlp_backward call the model's linear entries: llmc/model/gpt2.h defines them

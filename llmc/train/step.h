@@ -9,7 +9,7 @@
 //   micro 0: [F emb | F block 0 .. L-1 | F head + loss][B head | B block L-1 .. 0 | B emb]
 //   micro 1: [F ...                                   ][B ...                          ]  ...
 //
-// A step gets its micro-batches from the task through `next` (MicroBatchSource) by index, so
+// A step gets its micro-batches from the task through `get` (MicroBatchSource) by index, so
 // it may run them in any order, and it tells the placement hooks which of the n is starting
 // (gpt2_micro_begin: data parallelism communicates on the last one). It returns the sum over
 // micro-batches of (loss sum x dloss): the mean loss of this rank's share of the step.
