@@ -104,7 +104,7 @@ test_precisioncpu: test/test_precision.cu $(HEADERS) build/config/test_precision
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)
 build/config/test_precisioncpu.flags: CONFIG = $(CXX) $(CXXFLAGS_SERIAL) $(LDLIBS_CPU) ($(CXX_VERSION))
 
-# the gradient compression codec (llmc/parallel/dp_compress.h): QSGD unbiased, top-k, error feedback;
+# the gradient compression codec (llmc/parallel/compress_codec.h): QSGD unbiased, top-k, error feedback;
 # run by test/test_compress.sh
 test_compresscpu: test/test_compress.cu $(HEADERS) build/config/test_compresscpu.flags
 	$(CXX) $(CXXFLAGS_SERIAL) $< -o $@ $(LDLIBS_CPU)

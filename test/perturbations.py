@@ -58,7 +58,7 @@ PERTURBATIONS = [
      "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);",
      "moe_combine(out, r->yret, r->slot_d, NULL, N, k, C, 0);"),
     # test/test_compress.sh
-    ("no residual update", "llmc/parallel/dp_compress.h", "stmt",
+    ("no residual update", "llmc/parallel/compress_codec.h", "stmt",
      "for (size_t i = 0; i < n; i++) { e[i] = a[i] - d[i]; }", "for (size_t i = 0; i < n; i++) { e[i] = 0.0f; }"),
     ("sum in another order", "llmc/parallel/dp_compress.h", "expr", "(blk + t) % N", "(blk + t - 1) % N"),
     # test/test_mixed_precision.sh

@@ -23,6 +23,7 @@
 #include "dp_core.h"
 #include "dp_mode.h"
 #include "dp_compress.h"   // before dp_ps.h: its push calls compress_ps_push
+#include "dp_compress_accounting.h"
 #include "dp_naive.h"
 #include "dp_ddp.h"
 #include "dp_ps.h"
