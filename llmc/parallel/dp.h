@@ -123,6 +123,7 @@ static inline void dp_shape(DataParallel* dp, GPT2* model, int N, int rank, cons
     // everything before the expert tensors (they come last in the table)
     dp->psi = cfg->skip_experts ? model->param_info[FIRST_EXPERT_TENSOR].offset : model->num_parameters;
     dp->psi_pad = dp->psi;
+    dp->gather_params = NULL;
     dp->zeropp = NULL;
     dp->sched = NULL;
     dp->async = NULL;

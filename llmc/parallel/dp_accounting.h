@@ -1,15 +1,15 @@
 // What the lecture's formulas predict for data parallelism, printed beside what was measured
-// (dp.h's memory table and the comm line under each step): the rows of the memory table every
-// mode fills, and the bytes and memory of ZeRO-1, 2 and 3 (dp_zero.h, dp_zero3.h).
-// N ranks, Psi parameters (Psi_pad after padding each bucket to a multiple of N), a bytes per
-// parameter/gradient, K bytes of optimizer state per parameter:
+// (dp.h's memory table, and the comm line under each step): the rows of the memory table every
+// mode fills, the bytes of a ring pass over the buckets, and the bytes and memory of ZeRO-1, 2
+// and 3 (their table: dp_zero.h). N ranks, Psi parameters (Psi_pad after padding each bucket
+// to a multiple of N), a bytes per value, m micro-steps per step; per rank and step:
 //
-//             memory per rank                 bytes sent per rank
-//   DDP       (2a + K) Psi                    all-reduce = RS + AG     2 (N-1)/N a Psi per step
-//   ZeRO-1    2a Psi + K Psi/N                RS + AG                 2 (N-1)/N a Psi per step
-//   ZeRO-2    a Psi + (a + K) Psi/N           RS per micro-step + AG
-//   ZeRO-3    (2a + K) Psi/N                  per micro-step: AG blocks twice, the root once,
-//                                             RS all                  ~3 (N-1)/N a Psi
+//             parameters  gradients    optimizer (K per owned value)   bytes sent
+//   ZeRO-1    a Psi       a Psi_pad    K Psi_pad / N                  2 (N-1)/N a Psi_pad
+//   ZeRO-2    a Psi       a Psi_pad/N  K Psi_pad / N                  (m + 1) (N-1)/N a Psi_pad
+//   ZeRO-3    a Psi_pad/N a Psi_pad/N  K Psi_pad / N                  m (2 (Psi_pad - root) + root
+//                                                                       + Psi_pad) (N-1)/N a
+// (a pipeline stage's deferred root is reduce-scattered once per step, not m times)
 #pragma once
 
 #include <algorithm>

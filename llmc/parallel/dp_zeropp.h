@@ -37,9 +37,10 @@
 // (N-1)/N a Psi; hpZ's backward all-gather stays inside its group, ~(G-1)/G a Psi; qgZ sends
 // ~(N-1)/N Psi (B/8 + 4/256) for the gradients. hpZ keeps a Psi / G more per rank.
 //
-// ZeRO++ plugs into ZeRO-3 as a mode of its own (DP_MODE_ZEROPP, chosen when any of its flags is
-// given): ZeRO-3's table with this file's init (zeropp_init: ZeRO-3's, then its gather in
-// dp->gather_params and its buffers), reduce-scatter (bucket_ready) and formulas.
+// ZeRO++ plugs into ZeRO-3 as a mode of its own, chosen when any of its flags is given:
+// ZeRO-3's table with this file's init (zeropp_init: ZeRO-3's, then its gather in
+// dp->gather_params, then its buffers), its reduce-scatter as bucket_ready, its zero_grad and
+// its formulas (DP_MODE_ZEROPP sits at the end of dp_zeropp_accounting.h, beside the formulas).
 #pragma once
 
 #include <algorithm>
