@@ -99,7 +99,7 @@ info:
 #   test_gpt2cpu          the model against PyTorch's (test/reference), and resuming bit-exactly
 #   test_kernelscpu       every CPU kernel against its naive loop
 #   test_precisioncpu     the number formats (llmc/model/precision.h), exactly (test/test_precision.sh)
-#   test_compresscpu      the gradient compression codec (llmc/parallel/dp_compress.h)
+#   test_compresscpu      the gradient compression codec (llmc/parallel/compress_codec.h)
 #   test_generatecpu      generation with a KV cache (llmc/model/generate.h) against the full forward
 #   test_sftcpu           the SFT data loader (llmc/data/sft_shards.h)
 #   test_seamscpu         the extension points (ops, placement hooks, step) and the shard rule

@@ -58,7 +58,7 @@ PERTURBATIONS = [
      "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);",
      "moe_combine(out, r->yret, r->slot_d, NULL, N, k, C, 0);"),
     # test/test_compress.sh
-    ("no residual update", "llmc/parallel/dp_compress.h", "stmt",
+    ("no residual update", "llmc/parallel/compress_codec.h", "stmt",
      "for (size_t i = 0; i < n; i++) { e[i] = a[i] - d[i]; }", "for (size_t i = 0; i < n; i++) { e[i] = 0.0f; }"),
     ("sum in another order", "llmc/parallel/dp_compress.h", "expr", "(blk + t) % N", "(blk + t - 1) % N"),
     # test/test_mixed_precision.sh
@@ -98,7 +98,7 @@ PERTURBATIONS = [
     ("a state's numbers read with a sign", "llmc/tasks/task.h", "expr", 'strspn(s.c_str(), "0123456789") != s.size()', "0"),
     ("a state's numbers cut to an int", "llmc/tasks/task.h", "expr", "v > 2147483647ULL", "0"),
     # test/test_planner.sh
-    ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_zero.h", "stmt",
+    ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_accounting.h", "stmt",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad, dp->psi_pad / dp->N);"),
     ("the pipeline sends one micro-batch fewer", "llmc/parallel/pp.h", "stmt",

@@ -1,4 +1,4 @@
-// The codec of gradient compression (llmc/parallel/dp_compress.h), on the host:
+// The codec of gradient compression (llmc/parallel/compress_codec.h), on the host:
 // 1. QSGD is unbiased, with the variance of its formula: for B = 1, 2, 4, 8 and 64 values of
 //    every size (zero, tiny, on the grid, between grid points, negative, the largest), D = 20000
 //    independent draws; per value |mean - a| <= 5 sigma / sqrt(D) with sigma^2 = h^2 f (1 - f)
@@ -18,7 +18,7 @@
 // 6. The payload sizes are the formula's: topk 8k, randk 4k, qsgd 4 (1 + ceil(nB/32)), sign
 //    4 (1 + ceil(n/32)) bytes.
 // Prints PASS/FAIL lines; exits 1 if any failed.
-#include "../llmc/parallel/dp_compress.h"
+#include "../llmc/parallel/compress_codec.h"
 
 static int failures = 0;
 static void check(int ok, const char* name, const char* detail) {
@@ -215,7 +215,7 @@ static void test_sizes() {
 }
 
 int main() {
-    (void)MEM_NAMES;
+    (void)CMP_NAMES;
     for (int bits : {1, 2, 4, 8}) { test_qsgd_unbiased(bits); }
     test_topk();
     test_randk();

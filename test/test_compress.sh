@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gradient compression (llmc/parallel/dp_compress.h), on CPU ranks in fp32:
+# Gradient compression (llmc/parallel/dp_compress.h, its codec compress_codec.h), on CPU ranks in fp32:
 #   - the codec (./test_compresscpu): QSGD unbiased with its variance, top-k picks the largest,
 #     random-k's shared indices, the bit packing, error feedback's exactness, the payload sizes;
 #     and a copy built with QSGD always rounding down must FAIL it;
@@ -29,7 +29,7 @@ else
 fi
 # the same test built from a copy where QSGD rounds down always: biased, so it must fail
 rm -rf "$T/pq" && mkdir -p "$T/pq/test" && cp -r llmc "$T/pq/" && cp test/test_compress.cu "$T/pq/test/"
-if python3 - "$T/pq/llmc/parallel/dp_compress.h" <<'EOF' && g++ -std=c++17 -O2 -x c++ -DLLMC_CPU "$T/pq/test/test_compress.cu" -o "$T/pq/t" -lm; then
+if python3 - "$T/pq/llmc/parallel/compress_codec.h" <<'EOF' && g++ -std=c++17 -O2 -x c++ -DLLMC_CPU "$T/pq/test/test_compress.cu" -o "$T/pq/t" -lm; then
 import sys
 p = sys.argv[1]; s = open(p).read(); old = "(u < c - l ? 1u : 0u)"
 if old not in s: sys.exit(1)

@@ -77,8 +77,7 @@ for node in graph:
         visit(node, [node])
 report(f"no include cycle among the {len(graph)} headers", not cycles, "; ".join(cycles[:3]))
 
-layout = strip_comments(read("llmc/parallel/buckets.h") if os.path.exists(os.path.join(ROOT, "llmc/parallel/buckets.h"))
-                        else read("llmc/parallel/dp_core.h"))
+layout = strip_comments(read("llmc/parallel/bucket_layout.h"))
 fixed = re.findall(r"\{\s*0\s*,\s*1\s*,\s*14\s*,\s*15\s*\}", layout)
 report("the root unit comes from the table, not fixed indices", not fixed)
 

@@ -12,8 +12,10 @@
 // its own file with its memory and traffic formulas:
 //   naive            dp_naive.h     bucketed DDP   dp_ddp.h     parameter server  dp_ps.h
 //   ZeRO-1, 2        dp_zero.h      ZeRO-3         dp_zero3.h   ZeRO-Offload      offload.h
+//   ZeRO++           dp_zeropp.h
 // and what they share: dp_core.h (state, memory accounting, communication thread), dp_mode.h
-// (the tables, the update of what a rank owns), buckets.h (the gradient buckets and their hooks).
+// (the tables), dp_update.h (the update of what a rank owns), bucket_layout.h (the gradient
+// buckets and each rank's shard), buckets.h (their hooks), dp_accounting.h (the formulas).
 // Each rank's gradient is the mean over its own B/N sequences (dloss = 1 / (its tokens)); the
 // collectives average over ranks, so the update sees the mean over the global batch, exactly
 // as on one rank.
@@ -23,11 +25,13 @@
 #include "dp_core.h"
 #include "dp_mode.h"
 #include "dp_compress.h"   // before dp_ps.h: its push calls compress_ps_push
+#include "dp_compress_accounting.h"
 #include "dp_naive.h"
 #include "dp_ddp.h"
 #include "dp_ps.h"
 #include "dp_zero.h"
 #include "dp_zero3.h"
+#include "dp_zeropp_accounting.h"   // ZeRO++ (dp_zeropp.h) and its formulas, plan and report
 #include "offload.h"
 #include "dp_priority.h"
 #include "dp_ps_async.h"
@@ -64,6 +68,7 @@ static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MO
 static inline const DPModeOps* dp_mode_find(const DPConfig* cfg) {
     if (cfg->chunk_kb > 0) { return strcmp(cfg->mode, "ps") == 0 ? &DP_MODE_PS_SCHED : &DP_MODE_DDP_SCHED; }   // layer-wise (dp_priority.h)
     if (cfg->ps_async || cfg->staleness >= 0) { return &DP_MODE_PS_ASYNC; }   // no barrier (dp_ps_async.h)
+    if (cfg->qwz || cfg->hpz || cfg->qgz) { return &DP_MODE_ZEROPP; }   // ZeRO-3 with ZeRO++'s collectives (dp_zeropp.h)
     for (const DPModeOps* m : DP_MODES) {
         if (strcmp(m->flag, cfg->mode) == 0 && m->zero == cfg->zero) { return m; }
     }
@@ -118,6 +123,7 @@ static inline void dp_shape(DataParallel* dp, GPT2* model, int N, int rank, cons
     // everything before the expert tensors (they come last in the table)
     dp->psi = cfg->skip_experts ? model->param_info[FIRST_EXPERT_TENSOR].offset : model->num_parameters;
     dp->psi_pad = dp->psi;
+    dp->gather_params = NULL;
     dp->zeropp = NULL;
     dp->sched = NULL;
     dp->async = NULL;

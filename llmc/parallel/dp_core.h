@@ -1,6 +1,6 @@
 // What every data-parallel mode shares: its state (DataParallel), the memory accounting, the
 // communication thread, and the wrappers around the collectives. The modes themselves are
-// tables of functions (DPModeOps, dp_mode.h); the gradient buckets are in buckets.h.
+// tables of functions (DPModeOps, dp_mode.h); the gradient buckets are in bucket_layout.h.
 //
 // The communication thread plays the role of a CUDA communication stream: the compute thread
 // enqueues a collective as soon as its bucket is ready and goes on with the backward; the
@@ -14,6 +14,7 @@
 // returns with its stream synchronised, so a completed ticket means the results are in place.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -25,9 +26,6 @@
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "mesh.h"
-
-struct DPModeOps;        // a mode: what it keeps, which collectives run when (dp_mode.h)
-struct DPOptimizerOps;   // where the optimizer state lives and AdamW runs (dp_mode.h, offload.h)
 
 // memory categories of the table printed at start
 enum { MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_NCAT };
@@ -93,7 +91,7 @@ typedef struct {
 
 typedef struct DataParallel {
     // configuration
-    const struct DPModeOps* ops;       // the mode: dp_naive.h, dp_ddp.h, dp_ps.h, dp_zero.h, dp_zero3.h
+    const struct DPModeOps* ops;       // the mode: dp_naive.h, dp_ddp.h, dp_ps.h, dp_zero.h, dp_zero3.h, dp_zeropp.h
     const struct DPOptimizerOps* opt;  // the optimizer state on the device, or on the host (offload.h)
     int offload;                  // ZeRO-1/2 with the optimizer state and update on the host
     int use_ring;                 // 1: our ring collectives (counted), 0: the native MPI ones
@@ -125,6 +123,7 @@ typedef struct DataParallel {
     int sync;                     // 1: this micro-step communicates (the last one, or always for ZeRO-2/3)
     int materialized;             // ZeRO-3: full parameters gathered for evaluation / saving
     GPT2Hooks hooks;              // the placement hooks this mode installed in the model's chain
+    long (*gather_params)(struct DataParallel* dp, int b, int who, floatX* full);   // ZeRO-3: start bucket b's all-gather (dp_zero3.h)
     struct ZeroPP* zeropp;        // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h), NULL without it
     struct DPSched* sched;        // layer-wise scheduling of chunks (llmc/parallel/dp_priority.h), NULL without it
     struct PSAsync* async;        // the asynchronous / stale synchronous server (llmc/parallel/dp_ps_async.h), NULL without it
@@ -154,6 +153,49 @@ typedef struct DataParallel {
     std::mutex pool_mu;
     std::vector<std::pair<size_t, void*>> pool;   // released transient buffers, reused by size
 } DataParallel;
+
+// A data-parallel mode is a table of functions (the tables: dp_mode.h), and so is where its
+// optimizer state lives (on the device, dp_mode.h, or in host memory, offload.h).
+struct DPModeOps {
+    const char* name;            // as the memory table prints it
+    const char* flag;            // --dp-mode ...
+    int zero;                    // ... with --zero ...
+    int reduce_every_micro;      // 1: every micro-step communicates (no full gradient buffer to accumulate in)
+    int always_counted;          // 1: its collectives are ours whatever --comm-algo says (bytes counted)
+    const char* comm_note;       // appended to the "comm" line printed at start
+    void (*init)(DataParallel* dp);        // buffers, optimizer state, segments, hooks
+    void (*zero_grad)(DataParallel* dp);   // start of a step
+    float (*update)(DataParallel* dp, float lr, float beta1, float beta2, float eps, float weight_decay,
+                    float grad_clip);      // after the last backward; returns the norm before clipping
+    void (*bucket_ready)(DataParallel* dp, int b);   // a bucket's gradients are complete (NULL: no buckets)
+    void (*full_model_begin)(DataParallel* dp);      // evaluation, sampling, saving need every
+    void (*full_model_end)(DataParallel* dp);        // parameter (NULL: they are always there)
+    uint64_t (*formula_bytes)(const DataParallel* dp, int micro);       // sent per step (N > 1)
+    void (*formula_memory)(const DataParallel* dp, size_t out[MEM_NCAT]);   // bytes per category
+    int owners_disjoint;         // 1: each rank updates its own part (ZeRO, servers): the norm is summed over the
+                                 // ranks, each rank saves its part (llmc/train/train_state.h); 0: every rank all of it
+};
+typedef struct DPModeOps DPModeOps;
+
+struct DPOptimizerOps {
+    const char* name;
+    float* (*alloc)(DataParallel* dp, int cat, size_t n);   // zeroed state for n parameters, counted
+    void (*seed_master)(float* master, const floatX* params, size_t n);   // fp32 master weights
+    void (*prepare)(DataParallel* dp);   // once the segments are known (NULL: nothing to do)
+    void (*adamw)(DataParallel* dp, const OptSegment* s, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int t, float grad_scale, unsigned int seed);
+    void (*release)(float* p);
+};
+typedef struct DPOptimizerOps DPOptimizerOps;
+
+static inline int dp_has_master(const DataParallel* dp) { return BACKEND_MASTER_WEIGHTS || dp->offload; }
+
+// the range of a bucket this rank updates: the whole bucket (DDP) or its block (ZeRO-1/2/3)
+static inline void bucket_owned(const DataParallel* dp, const Bucket* b, int stage, size_t* lo, size_t* n, size_t* hi) {
+    *lo = stage >= 1 ? (size_t)dp->rank * b->shard : 0;
+    *n = stage >= 1 ? b->shard : b->count;
+    *hi = std::min(*lo + *n, b->count);
+}
 
 // ---------------------------------------------------------------------------------------
 // memory: every allocation of the DP layer is counted in a category

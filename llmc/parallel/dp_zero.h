@@ -11,8 +11,9 @@
 //                                                                        (backward), RS grads:
 //                                                                        3 (N-1)/N a Psi
 // (RS = reduce-scatter, AG = all-gather; an all-reduce is exactly RS + AG, so ZeRO-1/2 move the
-// same bytes as DDP.) This file: ZeRO-1 and ZeRO-2, on DDP's buckets and hooks (buckets.h).
-// ZeRO-3 is dp_zero3.h; offload.h moves ZeRO-1/2's optimizer to the host.
+// same bytes as DDP.) This file: ZeRO-1 and ZeRO-2, on DDP's buckets and hooks (buckets.h);
+// their formulas are in dp_accounting.h. ZeRO-3 is dp_zero3.h; offload.h moves ZeRO-1/2's
+// optimizer to the host.
 //
 // ZeRO-1: the gradient buckets are kept whole (as DDP); when a bucket is ready it is
 //   reduce-scattered in place, so this rank's block holds the averaged gradient of the
@@ -25,6 +26,7 @@
 #pragma once
 
 #include "buckets.h"
+#include "dp_accounting.h"
 
 static inline void zero1_init(DataParallel* dp) {
     buckets_init(dp, 1);
@@ -89,30 +91,6 @@ static inline float zero_update(DataParallel* dp, float lr, float beta1, float b
     float norm = dp_update_owned(dp, lr, beta1, beta2, eps, weight_decay, grad_clip);
     zero_allgather_parameters(dp);
     return norm;
-}
-
-// --- what the lecture predicts
-
-static inline uint64_t zero1_formula_bytes(const DataParallel* dp, int micro) {
-    (void)micro;
-    return 2 * buckets_ring_share(dp);   // RS + AG, once per step
-}
-static inline uint64_t zero2_formula_bytes(const DataParallel* dp, int micro) {
-    // RS per micro-step, one AG; a pipeline's root bucket (a bucket of its own: the tied wte waits
-    // for the embedding group's sum, dp_root_done) is reduce-scattered once, after the last micro-batch
-    uint64_t once = 0;
-    if (dp->root_deferred && dp->root_unit >= 0) {
-        once = (uint64_t)(dp->N - 1) * (dp->buckets[dp->unit_bucket[dp->root_unit]].padded / dp->N) * sizeof(floatX);
-    }
-    return (uint64_t)micro * (buckets_ring_share(dp) - once) + once + buckets_ring_share(dp);
-}
-static inline void zero1_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) {
-    size_t a = sizeof(floatX);
-    dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad, dp->psi_pad / dp->N);
-}
-static inline void zero2_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) {
-    size_t a = sizeof(floatX);
-    dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);
 }
 
 static const DPModeOps DP_MODE_ZERO1 = {

@@ -32,20 +32,20 @@
 //   shard. One hop over all N ranks (ZeRO++ does it in two: within the node, then across).
 //       |g_r - g_r'| <= absmax_block / (2 qmax) per element and rank (qmax 127 or 7)
 //
-// Bytes this rank sends per micro-step (our ring all-gather and pairwise all-to-all; P_b the
-// padded bucket, S_b = P_b / N the shard, nb(S) = ceil(S / 256) quantisation blocks; sums over
-// the blocks' buckets, the root's bucket joins the forward and the reduce-scatter):
-//   qwZ all-gather   (N-1) nb(S_b) (256 + 4)         per gather   ~ (N-1)/N Psi (1 + 4/256)
-//                    instead of (N-1) S_b a                            (a = 4 CPU fp32, 2 bf16)
-//   hpZ all-gather   (G-1) (P_b / G) a               per block    ~ (G-1)/G Psi a, inside the group
-//   qgZ all-to-all   (N-1) nb(S_b) (256 B/8 + 4)     per bucket   ~ (N-1)/N Psi (B/8 + 4/256)
-// Memory: hpZ keeps sum over blocks of P_b / G values (a bytes each) per rank for the whole
-// step: counted as parameters in the memory table. The wire buffers count as comm buffers.
+// Cost, per micro-step (the exact bytes, what is printed and the error bounds' report:
+// dp_zeropp_accounting.h): qwZ sends ~(N-1)/N Psi (1 + 4/256) bytes per all-gather instead of
+// (N-1)/N a Psi; hpZ's backward all-gather stays inside its group, ~(G-1)/G a Psi; qgZ sends
+// ~(N-1)/N Psi (B/8 + 4/256) for the gradients. hpZ keeps a Psi / G more per rank.
+//
+// ZeRO++ plugs into ZeRO-3 as a mode of its own, chosen when any of its flags is given:
+// ZeRO-3's table with this file's init (zeropp_init: ZeRO-3's, then its gather in
+// dp->gather_params, then its buffers), its reduce-scatter as bucket_ready, its zero_grad and
+// its formulas (DP_MODE_ZEROPP sits at the end of dp_zeropp_accounting.h, beside the formulas).
 #pragma once
 
 #include <algorithm>
 #include <vector>
-#include "dp_core.h"
+#include "dp_zero3.h"
 #include "../comm/alltoall.h"
 
 enum { ZPP_QWZ, ZPP_HPZ, ZPP_QGZ, ZPP_NCOLL };
@@ -197,98 +197,60 @@ static inline void zeropp_reduce_scatter(ZeroPP* z, Bucket* bk, const floatX* bu
     quant_add_mean(bk->grad_shard, z->acc, bk->shard, dp->N);
 }
 
-// --- per step: counters and statistics start again
+// --- ZeRO-3's collectives, ZeRO++'s way (the entries of DP_MODE_ZEROPP)
 
-static inline void zeropp_zero_grad(DataParallel* dp) {
+// dp->gather_params: the backward's gather of a block from the group's secondary copy (hpZ), the
+// other training gathers quantised (qwZ) or plain; after the forward's, hpZ keeps its slice.
+// Evaluation and checkpoints (ZERO3_EXACT) gather exactly.
+static inline long zeropp_gather_params(DataParallel* dp, int b, int who, floatX* full) {
+    Bucket* bk = &dp->buckets[b];
+    ZeroPP* z = who == ZERO3_EXACT ? NULL : zeropp_of(dp);
+    int block = b != zeropp_root_bucket(dp);
+    int from_secondary = z && z->hpz && block && who == ZERO3_BACKWARD;   // hpZ: within the group
+    int quantized = z && z->qwz && !from_secondary;                       // qwZ: int8 over all ranks
+    int keep_secondary = z && z->hpz && block && who == ZERO3_FORWARD;
+    char name[64];
+    snprintf(name, sizeof(name), "all-gather params %d%s", b, from_secondary ? " (hpZ group)" : quantized ? " (int8)" : "");
+    return dp_enqueue(dp, name, [dp, bk, full, z, b, who, from_secondary, quantized, keep_secondary] {
+        if (from_secondary) {
+            zeropp_gather_secondary(z, b, full);
+        } else if (quantized) {
+            zeropp_gather_quantized(z, bk, full, who == ZERO3_FORWARD);
+        } else {
+            zero3_allgather_shards(dp, bk, full);
+        }
+        if (keep_secondary) { zeropp_keep_secondary(z, b, full); }
+    });
+}
+
+// bucket_ready: ZeRO-2's reduce-scatter, or with --qgz the quantised one, handed to the
+// communication thread the same way
+static inline void zeropp_reduce_scatter_bucket(DataParallel* dp, int b) {
     ZeroPP* z = zeropp_of(dp);
-    if (!z) { return; }
+    if (!z->qgz) { zero2_reduce_scatter_bucket(dp, b); return; }
+    Bucket* bk = &dp->buckets[b];
+    char name[64];
+    snprintf(name, sizeof(name), "reduce-scatter bucket %d (int%d all-to-all)", b, z->qgz);
+    floatX* buf = bk->grad;
+    bk->grad = NULL;
+    bk->reduce_ticket = dp_enqueue(dp, name, [dp, bk, buf, z] {
+        zeropp_reduce_scatter(z, bk, buf);
+        dp_give(dp, MEM_GRADS, buf, bk->padded);
+    });
+    dp->in_flight.push_back(bk->reduce_ticket);
+}
+
+// ZeRO-3's set-up, then this gather in its place and the secondary copies and wire buffers
+static inline void zeropp_init(DataParallel* dp) {
+    zero3_init(dp);
+    dp->gather_params = zeropp_gather_params;
+    zeropp_alloc(dp);
+}
+
+// per step: ZeRO-3's gradient shards, and the counters and statistics start again
+static inline void zeropp_zero_grad(DataParallel* dp) {
+    buckets_zero_grad(dp);
+    ZeroPP* z = zeropp_of(dp);
     for (int i = 0; i < ZPP_NCOLL; i++) { z->bytes[i] = 0; }
     device_memset_zero(z->stats, 6 * sizeof(float));
-}
-// bytes sent on the hpZ group's communicator this step (the step's total adds them to dp->comm's)
-static inline uint64_t zeropp_group_bytes(const DataParallel* dp) {
-    ZeroPP* z = zeropp_of(dp);
-    return z ? z->bytes[ZPP_HPZ] : 0;
-}
-
-// --- what the lecture predicts: bytes per micro-step, per ZeRO++ collective (out) and in total
-// (ZeRO-3's collectives that ZeRO++ leaves alone included)
-static inline uint64_t zeropp_formula(const DataParallel* dp, const ZeroPP* z, uint64_t out[ZPP_NCOLL]) {
-    uint64_t N = (uint64_t)dp->N, a = sizeof(floatX), total = 0;
-    for (int i = 0; i < ZPP_NCOLL; i++) { out[i] = 0; }
-    int root = zeropp_root_bucket(dp);
-    for (size_t b = 0; b < dp->buckets.size(); b++) {
-        const Bucket* bk = &dp->buckets[b];
-        uint64_t plain = (N - 1) * bk->shard * a;                        // a ring pass of the bucket
-        uint64_t ag_int8 = (N - 1) * quant_words(bk->shard, 8) * 4;     // qwZ
-        uint64_t fwd = z->qwz ? ag_int8 : plain, bwd = 0, rs = plain;
-        if ((int)b != root) {   // the root is gathered once; blocks again in the backward
-            bwd = z->hpz ? (uint64_t)(z->hpz - 1) * (bk->padded / z->hpz) * a : fwd;
-        }
-        if (z->qgz) { rs = (N - 1) * quant_words(bk->shard, z->qgz) * 4; }
-        if (z->qwz) { out[ZPP_QWZ] += fwd + (z->hpz ? 0 : bwd); }
-        if (z->hpz) { out[ZPP_HPZ] += bwd; }
-        if (z->qgz) { out[ZPP_QGZ] += rs; }
-        total += fwd + bwd + rs;
-    }
-    return total;
-}
-
-// --- printing: the plan at start, then a line per step under the comm line
-
-static inline void zeropp_print_plan(const DataParallel* dp) {
-    ZeroPP* z = zeropp_of(dp);
-    if (!z) { return; }
-    printf("zero++       qwZ %s | hpZ %s | qgZ %s | quantisation blocks of %d values, one fp32 scale each\n",
-           z->qwz ? "on (weights all-gathered as int8)" : "off",
-           z->hpz ? "on" : "off", z->qgz ? (z->qgz == 8 ? "on (int8 all-to-all)" : "on (int4 all-to-all)") : "off",
-           QUANT_BLOCK);
-    if (z->hpz) {
-        printf("zero++       hpZ groups of %d consecutive dp ranks (this rank: group %d, rank %d in it); secondary copy "
-               "%.3f MiB per rank, in the parameters row\n", z->hpz, dp->rank / z->hpz, z->group.rank,
-               z->secondary_bytes / 1048576.0);
-    }
-}
-
-// Measured against the formula, per collective; and what the quantisation error can be at most,
-// from this step's scales (the bound the loss tolerance in doc/memory.md, ZeRO++ starts from).
-static inline void zeropp_report_step(DataParallel* dp, int micro) {
-    ZeroPP* z = zeropp_of(dp);
-    if (!z) { return; }
-    uint64_t want[ZPP_NCOLL];
-    zeropp_formula(dp, z, want);
-    int on[ZPP_NCOLL] = {z->qwz, z->hpz > 0, z->qgz > 0};
-    printf("   zero++");
-    for (int i = 0; i < ZPP_NCOLL; i++) {
-        if (!on[i]) { continue; }
-        uint64_t w = dp->N > 1 ? want[i] * (uint64_t)micro : 0, got = z->bytes[i];
-        if (dp->use_ring) {
-            printf(" | %s sent %llu B (formula %llu B, %s)", ZPP_NAMES[i], (unsigned long long)got,
-                   (unsigned long long)w, got == w ? "equal" : "DIFFERENT");
-        } else {
-            printf(" | %s: native, not counted (formula %llu B)", ZPP_NAMES[i], (unsigned long long)w);
-        }
-    }
-    printf("\n");
-    if (!z->qwz && !z->qgz) { return; }
-    float s[6];
-    copy_device_to_host(s, z->stats, sizeof(s));
-    double mx[2] = {s[0], s[3]}, sum[4] = {s[1], s[2], s[4], s[5]};
-    MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, dp->comm->mpi);     // 48 bytes, not counted
-    MPI_Allreduce(MPI_IN_PLACE, sum, 4, MPI_DOUBLE, MPI_SUM, dp->comm->mpi);
-    printf("   zero++ error bounds");
-    // weights: every rank quantised its shard once per forward; the pieces cover the model
-    if (z->qwz) {
-        printf(" | weights: block absmax <= %.6e, |dw| <= %.6e, ||dw||_2 <= %.6e, ||dw||_1 <= %.6e", mx[0], mx[0] / 254.0,
-               sqrt(sum[0] / micro), sum[1] / micro);
-    }
-    // gradients: each rank quantised its whole bucket, and the mean of N errors is at most the
-    // mean of their bounds: ||e||_2^2 <= energy / N (Jensen), ||e||_1 <= l1 / N, per micro-step;
-    // the step's gradient adds its micro-steps' errors: ||sum e_m||_2^2 <= micro sum ||e_m||_2^2
-    if (z->qgz) {
-        int qmax = quant_qmax(z->qgz);
-        printf(" | gradients (int%d): block absmax <= %.6e, |dg| <= %.6e, ||dg||_2 <= %.6e, ||dg||_1 <= %.6e", z->qgz,
-               mx[1], mx[1] / (2.0 * qmax), sqrt(micro * sum[2] / dp->N), sum[3] / dp->N);
-    }
-    printf("\n");
 }
