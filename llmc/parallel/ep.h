@@ -10,11 +10,11 @@
 //   dp 4, ep 2, E = 4:   ep groups {0,1} {2,3}: rank 0 and 2 hold experts 0,1; ranks 1 and 3 hold 2,3
 //                        expert-data-parallel (edp) groups {0,2} {1,3}: the replicas of the same experts
 //
-// One MoE block on one rank, forward (ep 2; rank 0 holds experts 0,1, rank 1 holds 2,3):
+// One MoE block, forward (ep 2: rank 0 holds experts 0,1, rank 1 holds 2,3):
 //
-//   rank 0 tokens ─ route ─> rows for e0 e1 | e2 e3 ──┐   all-to-all    ┌─> e0, e1 on r0's + r1's rows ─┐
-//   rank 1 tokens ─ route ─> rows for e0 e1 | e2 e3 ──┘   (dispatch)    └─> e2, e3 on r0's + r1's rows ─┤
-//   out[t] = sum_j g_tj y_tj <──── combine <──── y in send order <──── all-to-all (return) <─────────────┘
+//   rank 0: tokens ─ route ─> rows for [e0 e1 | e2 e3] ─┐ all-to-all ┌─> rank 0: e0, e1 on both ranks' rows ─┐
+//   rank 1: tokens ─ route ─> rows for [e0 e1 | e2 e3] ─┘ (dispatch) └─> rank 1: e2, e3 on both ranks' rows ─┤
+//   out[t] = sum_j g_tj y_tj <── combine (each rank its tokens) <── y in send order <── all-to-all (return) ─┘
 //
 //   1. route its B T tokens (host, moe.h): which expert, kept or dropped, the rows per (rank, expert)
 //   2. exchange the counts: every rank learns how many rows it will receive per (source, expert)
@@ -22,7 +22,8 @@
 //   4. run its E/ep experts on what arrived (rows of all ep ranks' tokens, expert by expert)
 //   5. return: all-to-all-v of the expert outputs back to the tokens' ranks
 //   6. combine: out[t] = sum_j g_tj y_tj on the token's own rank (moe.h)
-// The backward runs the same exchanges in the same order, carrying gradients.
+// Steps 2 to 5 are ep_experts_forward, below. The backward (ep_experts_backward) runs the same
+// exchanges in the same order, carrying gradients.
 //
 // Bytes per MoE block and micro-batch that a rank sends (a = bytes per element, C channels):
 // 2 a C (rows it dispatches to other ranks + rows other ranks dispatched to it), over four
