@@ -52,7 +52,7 @@ PERTURBATIONS = [
     ("a ring that skips its last step", "llmc/parallel/cp_ring.h", "expr",
      "cp->cp", "cp->cp - 1", "for (int j = 0; j < cp->cp; j++) {   // step j: the block of rank - j"),
     # test/test_moe.sh
-    ("expert gradients averaged over all dp ranks", "llmc/parallel/ep.h", "expr",
+    ("expert gradients averaged over all dp ranks", "llmc/parallel/ep_gradients.h", "expr",
      "&ep->edp", "ep->dp_comm", "Comm* group = &ep->edp;"),
     ("a combine that ignores the gate weights", "llmc/model/moe.h", "stmt",
      "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);",
@@ -110,9 +110,9 @@ PERTURBATIONS = [
     ("push summed in another order", "llmc/parallel/dp_priority.h", "stmt",
      "comm_recv(comm, inc, c.count, COMM_FLOATX, (r - k + p) % p);", "comm_recv(comm, inc, c.count, COMM_FLOATX, (r + k) % p);"),
     # test/test_ps_async.sh: the pushes summed 1, 2, ..., N-1 (the loop runs w = N-1 down to 1)
-    ("sum order", "llmc/parallel/dp_ps_async.h", "expr", "k + w", "k + N - w",
+    ("sum order", "llmc/parallel/dp_ps_async_server.h", "expr", "k + w", "k + N - w",
      "comm_reduce_local(a->grad, a->slots[k + w], dp->psi, COMM_FLOATX, COMM_AVG);"),
-    ("no staleness wait", "llmc/parallel/dp_ps_async.h", "expr", "a->async ? 0 : a->clock + 1 - a->S", "0"),
+    ("no staleness wait", "llmc/parallel/dp_ps_async_worker.h", "expr", "a->async ? 0 : a->clock + 1 - a->S", "0"),
 ]
 
 
