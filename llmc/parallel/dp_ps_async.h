@@ -48,7 +48,7 @@
 // for clock c travels with its next message (the next push, the final barrier or its goodbye);
 // the server's log (--ps-log) is written at the end, once every loss is in.
 //
-// A straggler without a clock: --straggler hold:RANK (llmc/train/guard.h). A sleeping straggler
+// A straggler without a clock: --straggler hold:RANK (llmc/train/straggler.h). A sleeping straggler
 // (RANK:MS) is slow in wall time, so what it does to the schedule depends on the machine's load.
 // The held rank is slow in ORDER instead: the server takes its request only when no other
 // worker can move, i.e. every other worker waits for an answer (a push the bound holds back, the
