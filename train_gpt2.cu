@@ -23,7 +23,8 @@
 #include "llmc/train/guard.h"
 #include "llmc/train/outputs.h"
 #include "llmc/tasks/tasks.h"
-#include "llmc/train/train_state.h"
+#include "llmc/train/state_load.h"
+#include "llmc/train/state_save.h"
 #include "llmc/train/loss_scale.h"
 
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failures during a run (llmc/train/guard.h, doc/errors.md "Failures"), on a small model:
+# Failures during a run (llmc/train/guard.h, llmc/train/fault_injection.h, doc/errors.md "Failures"), on a small model:
 #   - NaN, --on-nan stop: a NaN loss scale injected at step 2 (--fault nan:2) stops the run on 1
 #     rank, on 2 ranks and on 2 ranks with ZeRO-1, every error line naming step 2 and the first
 #     tensor (wte), non-zero exit, no --log file or .tmp left;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The asynchronous / stale synchronous parameter server (llmc/parallel/dp_ps_async.h) and the
-# straggler injector (llmc/train/guard.h), on 4 CPU ranks in fp32:
+# straggler injector (llmc/train/straggler.h), on 4 CPU ranks in fp32:
 #   - --staleness 0 is the synchronous parameter server (--dp-mode ps --ps-servers 1) bit for bit:
 #     the same --save checkpoint (cmp) and, per step, the same mean loss and gradient norm
 #     (the sync run's --log against the server's --ps-log), memory table and bytes = formula;

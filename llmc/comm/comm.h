@@ -1,4 +1,5 @@
-// Communicators, data types, reduction ops, the local reduce, and traffic counters.
+// Communicators, data types, reduction ops, the local reduce, and traffic counters (the types and
+// the Comm struct: comm_types.h; the local reduce's loops on host memory: reduce_local_host.h).
 //
 // A Comm is a plain struct around an MPI communicator: the world, or any subset of it made
 // with comm_split (the dimensions of the parallel mesh later). Every transport call
@@ -23,8 +24,8 @@
 // not change, they call only comm_send/comm_recv/comm_sendrecv and the helpers that take the
 // communicator: comm_scratch/comm_scratch_free, comm_reduce_local, comm_copy, comm_avg_finish.
 //
-// The device path (CUDA build). LLMC_CUDA_COMM is defined here when nvcc compiles without
-// -DLLMC_CPU; the CPU build (g++/mpicxx, or nvcc with -DLLMC_CPU) contains none of it and is
+// The device path (CUDA build; comm_nccl.h). LLMC_CUDA_COMM is defined (comm_types.h) when nvcc
+// compiles without -DLLMC_CPU; the CPU build (g++/mpicxx, or nvcc with -DLLMC_CPU) contains none of it and is
 // unchanged. comm_enable_device(c) turns a communicator into a device communicator (collective
 // over c): its collectives then take device buffers, and its transport moves them over one of
 // two wires, chosen once for the whole communicator so that both ends of a message agree:
@@ -60,103 +61,11 @@
 // stream, and only while some device communicator exists, so host-only programs make no CUDA call.
 #pragma once
 
-// With -DUSE_MPI (mpicxx: the Makefile does this when it finds it) the real MPI; without it
-// mpi_single.h, MPI for one process: every communicator has size 1, so the same code builds
-// and runs on one rank. comm_mpi_available() tells host code which build it is in, without
-// an #ifdef (to refuse, say, a multi-rank feature in the build without MPI).
-#ifdef USE_MPI
-#include <mpi.h>
-static inline int comm_mpi_available(void) { return 1; }
-#else
-#include "mpi_single.h"
-static inline int comm_mpi_available(void) { return 0; }
-#endif
-#include "../common.h"
-
-// the device path: built by nvcc, or by g++ under the CUDA emulator (LLMC_EMU, dev/emu/)
-// (only with MPI: without it every communicator has size 1 and no device buffer ever travels,
-// so the build needs neither NCCL nor its library)
-#if (defined(__CUDACC__) || defined(LLMC_EMU)) && !defined(LLMC_CPU) && !defined(LLMC_CUDA_COMM) && defined(USE_MPI)
-#define LLMC_CUDA_COMM 1
-#endif
-#if defined(LLMC_CUDA_COMM) && !defined(__CUDACC__) && !defined(LLMC_EMU)
-#error "LLMC_CUDA_COMM (the device path of llmc/comm/) needs nvcc (or the CUDA emulator, dev/emu/)"
-#endif
+#include "comm_types.h"
+#include "reduce_local_host.h"
 #ifdef LLMC_CUDA_COMM
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include "comm_nccl.h"   // the device path: NCCL communicator, stream, wires
 #endif
-
-#ifdef LLMC_CUDA_COMM
-// device scratch buffers a communicator keeps (an algorithm holds at most 3 at once: Bruck's all-to-all)
-#define COMM_SCRATCH_KEPT 4
-#endif
-
-typedef enum { COMM_FP32 = 0, COMM_BF16 = 1, COMM_INT32 = 2 } CommType;
-// the CommType of the model's floatX (a macro: expanded where the backend's floatX is known)
-#define COMM_FLOATX (sizeof(floatX) == 4 ? COMM_FP32 : COMM_BF16)
-typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2, COMM_MIN = 3 } CommOp;
-
-static inline const char* comm_type_name(CommType t) {
-    switch (t) {
-        case COMM_FP32: return "fp32";
-        case COMM_BF16: return "bf16";
-        case COMM_INT32: return "int32";
-    }
-    return "?";
-}
-static inline const char* comm_op_name(CommOp op) {
-    switch (op) {
-        case COMM_SUM: return "sum";
-        case COMM_AVG: return "avg";
-        case COMM_MAX: return "max";
-        case COMM_MIN: return "min";
-    }
-    return "?";
-}
-static inline size_t comm_type_size(CommType t) { return t == COMM_BF16 ? 2 : 4; }
-
-typedef struct {
-    MPI_Comm mpi;
-    int rank;                 // this process's rank in the communicator
-    int size;                 // p, the number of ranks
-    int world_rank;           // for error messages
-    char name[32];            // "world", "dp", ...: for error messages
-    int check_args;           // 1: each collective first checks that all ranks passed the same
-                              // count, type, op and root (one small uncounted MPI_Allreduce)
-    uint64_t bytes_sent;      // added to by every transport call
-    uint64_t messages_sent;
-#ifdef LLMC_CUDA_COMM
-    int device;               // 1: a device communicator (comm_enable_device); 0: host, as in the CPU build
-    int staged;               // device buffers travel as host copies over MPI instead of NCCL
-    int cuda_device;          // cudaGetDevice() when enabled
-    ncclComm_t nccl;          // NULL when staged
-    cudaStream_t stream;      // NCCL calls and the native collectives' kernels run here
-    void* host_stage[2];      // pinned host copies of device buffers (staged wire): [0] send, [1] recv
-    size_t host_stage_bytes[2];
-    void* dev_stage[2];       // device copies of host buffers (NCCL wire) and the bf16 -> fp32 widening
-    size_t dev_stage_bytes[2];
-    int nonblocking;          // c->stream made with cudaStreamNonBlocking: ordered with compute by events only
-    void* scratch[COMM_SCRATCH_KEPT];         // device scratch kept for reuse (comm_scratch): buffer,
-    size_t scratch_bytes[COMM_SCRATCH_KEPT];  // its size, and whether an algorithm holds it now
-    int scratch_busy[COMM_SCRATCH_KEPT];
-    uint64_t scratch_mallocs;  // cudaMalloc calls made for scratch (the kept buffers and any beyond them)
-#endif
-} Comm;
-
-typedef struct { uint64_t bytes, messages; } CommVolume;   // what an algorithm says a rank sends
-
-// Fatal error naming the call, the rank and the reason. Every rank that detects the problem
-// reports it; mpirun ends the others when the first one exits.
-__attribute__((format(printf, 3, 4), noreturn))
-static inline void comm_die(const Comm* c, const char* call, const char* fmt, ...) {
-    char reason[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    die("%s on rank %d of communicator '%s' (size %d): %s", call, c->rank, c->name, c->size, reason);
-}
 
 static inline void comm_check_root(const Comm* c, const char* call, int root) {
     if (root < 0 || root >= c->size) {
@@ -188,10 +97,6 @@ static inline void comm_check_args(const Comm* c, const char* call, size_t count
         }
     }
 }
-
-#ifdef LLMC_CUDA_COMM
-#include "comm_nccl.h"   // the device path: NCCL communicator, stream, wires
-#endif
 
 // --- communicators
 
@@ -255,58 +160,15 @@ static inline size_t comm_block_count(size_t count, int p, int r) {
     return count / (size_t)p + ((size_t)r < count % (size_t)p ? 1 : 0);
 }
 
-// --- bf16
-
-static inline float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-// Round to nearest, ties to even; NaN stays NaN.
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40); }
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-// --- the local reduce: dst[i] = dst[i] op src[i], the only arithmetic the algorithms do.
-// avg reduces as sum here; comm_avg_finish divides once the sum is complete.
-
-template <typename T>
-static inline T comm_apply(T a, T b, CommOp op) {
-    switch (op) {
-        case COMM_MAX: return a > b ? a : b;
-        case COMM_MIN: return a < b ? a : b;
-        default: return a + b;
-    }
-}
+// --- the local reduce: dst[i] = dst[i] op src[i], the only arithmetic the algorithms do, on
+// device buffers (comm_nccl.h) or host ones (reduce_local_host.h). avg reduces as sum here;
+// comm_avg_finish divides once the sum is complete.
 
 static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op) {
 #ifdef LLMC_CUDA_COMM
     if (comm_reduce_local_device(dst, src, n, t, op)) { return; }
 #endif
-    if (t == COMM_FP32) {
-        float* d = (float*)dst;
-        const float* s = (const float*)src;
-        for (size_t i = 0; i < n; i++) { d[i] = comm_apply(d[i], s[i], op); }
-    } else if (t == COMM_INT32) {
-        int32_t* d = (int32_t*)dst;
-        const int32_t* s = (const int32_t*)src;
-        // sum in uint32 so that overflow wraps (as MPI's does in practice) instead of being UB
-        for (size_t i = 0; i < n; i++) {
-            d[i] = (op == COMM_SUM || op == COMM_AVG) ? (int32_t)((uint32_t)d[i] + (uint32_t)s[i])
-                                                      : comm_apply(d[i], s[i], op);
-        }
-    } else {
-        uint16_t* d = (uint16_t*)dst;
-        const uint16_t* s = (const uint16_t*)src;
-        for (size_t i = 0; i < n; i++) {
-            d[i] = float_to_bf16(comm_apply(bf16_to_float(d[i]), bf16_to_float(s[i]), op));
-        }
-    }
+    comm_reduce_local_host(dst, src, n, t, op);
 }
 
 // avg = sum / p, the same arithmetic in every version so that results match bit for bit.
@@ -315,16 +177,7 @@ static inline void comm_avg_finish(void* buf, size_t n, CommType t, CommOp op, i
 #ifdef LLMC_CUDA_COMM
     if (comm_avg_finish_device(buf, n, t, p)) { return; }
 #endif
-    if (t == COMM_FP32) {
-        float* b = (float*)buf;
-        for (size_t i = 0; i < n; i++) { b[i] = b[i] / (float)p; }
-    } else if (t == COMM_INT32) {
-        int32_t* b = (int32_t*)buf;
-        for (size_t i = 0; i < n; i++) { b[i] = b[i] / p; }
-    } else {
-        uint16_t* b = (uint16_t*)buf;
-        for (size_t i = 0; i < n; i++) { b[i] = float_to_bf16(bf16_to_float(b[i]) / (float)p); }
-    }
+    comm_avg_finish_host(buf, n, t, p);
 }
 
 // --- small helpers for the algorithms
@@ -341,15 +194,6 @@ static inline void comm_copy(void* dst, const void* src, size_t n, CommType t) {
     memmove(dst, src, n * comm_type_size(t));
 }
 // Host memory for n elements, released with free(): the tests' and collbench's buffers, and the
-// scratch of host communicators (comm_scratch(c, ...) below).
-static inline void* comm_scratch(size_t n, CommType t) {
-    void* p = malloc(n == 0 ? 1 : n * comm_type_size(t));
-    if (p == NULL) { die("out of host memory allocating a %zu-element scratch buffer", n); }
-#ifdef LLMC_CUDA_COMM
-    comm_host_scratch_count() += 1;
-#endif
-    return p;
-}
 
 // --- the helpers the algorithms call, with their communicator. A host communicator: host
 // memory and loops, as above. A device communicator: device scratch and kernels and copies on
@@ -409,3 +253,4 @@ static inline void comm_wait_event(Comm* c, const void* event) {
 }
 static inline void comm_bind_thread(const Comm* c) { (void)c; }
 #endif
+

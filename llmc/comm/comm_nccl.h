@@ -3,25 +3,19 @@
 // MPI, the CUDA stream (one per communicator, blocking or not), the choice between the NCCL
 // wire and the host-staged MPI wire, the device scratch kept with the communicator, the
 // helpers the algorithms call (local reduce, copy) on c->stream, comm_wait_event, and the
-// checks of CUDA and NCCL return codes.
-// Included by comm.h in the middle (it needs the Comm struct and comm_die); not on its own.
+// checks of CUDA and NCCL return codes. Built on comm_types.h (the Comm struct, comm_die) and
+// the host loops of reduce_local_host.h; comm.h includes it in the CUDA build and calls it for
+// device communicators and device pointers.
 #pragma once
 
+#include "comm_types.h"
+#include "reduce_local_host.h"
 #include "reduce_local.cuh"
 
 // How many device communicators exist in this process: while none does, the pointer-taking
 // helpers never call CUDA, so a CUDA build runs host-only programs without a GPU.
 static inline int& comm_device_comms() {
     static int n = 0;
-    return n;
-}
-
-// Host scratch buffers handed out by comm_scratch(n, t) in this process: the scratch of host
-// communicators, of the staged wire's native collectives (MPI on host copies) and the tests'
-// buffers, never an algorithm's on a device communicator (test_collectives_device checks that no
-// device call moves it).
-static inline uint64_t& comm_host_scratch_count() {
-    static uint64_t n = 0;
     return n;
 }
 
@@ -252,9 +246,6 @@ static inline bool comm_scratch_device_free(Comm* c, void* p) {
     return true;
 }
 
-static inline void comm_reduce_local(void* dst, const void* src, size_t n, CommType t, CommOp op);
-static inline void* comm_scratch(size_t n, CommType t);
-
 // The local reduce of a device communicator, on c->stream: both buffers on the device ->
 // one kernel; src on the host -> copied into device scratch first; dst on the host (only a
 // caller's host buffer: the algorithms' scratch is device memory) -> src comes to host
@@ -276,10 +267,10 @@ static inline void comm_reduce_local_stream(Comm* c, void* dst, const void* src,
         void* tmp = comm_scratch(n, t);
         comm_cuda_check(c, "cudaMemcpyAsync", cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
         comm_sync(c, "comm_reduce_local");
-        comm_reduce_local(dst, tmp, n, t, op);
+        comm_reduce_local_host(dst, tmp, n, t, op);
         free(tmp);
     } else {
-        comm_reduce_local(dst, src, n, t, op);   // both on the host
+        comm_reduce_local_host(dst, src, n, t, op);   // both on the host
     }
 }
 // A copy with a device communicator: on c->stream when either end is on the device (overlapping
@@ -325,7 +316,7 @@ static inline bool comm_reduce_local_device(void* dst, const void* src, size_t n
         void* tmp = malloc(bytes);
         if (tmp == NULL) { die("comm_reduce_local: out of host memory (%zu bytes)", bytes); }
         comm_cuda_check(NULL, "cudaMemcpy", cudaMemcpy(tmp, src, bytes, cudaMemcpyDeviceToHost));
-        comm_reduce_local(dst, tmp, n, t, op);   // both on the host now
+        comm_reduce_local_host(dst, tmp, n, t, op);   // both on the host now
         free(tmp);
     }
     return true;

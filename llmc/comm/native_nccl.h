@@ -5,22 +5,20 @@
 // slot 1 the output), the host version runs on them (its scratch, e.g. bf16 widened to fp32 for
 // MPI's reduction, is host memory: that is the wire), and the result is copied back on c->stream.
 // Everything of a call runs on c->stream, which is synchronised before the call returns.
-// Included by native.h at its end (after the host versions it falls back on); not on its own.
+// native.h checks the arguments and includes this file in the CUDA build.
 #pragma once
 
-// Staged wire: run the host version on host copies, the communicator acting as a host one
-// for the call (its arguments were checked already by the caller).
+#include <algorithm>
+#include "comm.h"
+#include "native_mpi.h"
+
+// Staged wire: run the MPI version on host copies, the communicator acting as a host one for
+// the call (its scratch, its average and its copies on the host).
 struct NativeAsHost {
     Comm* c;
-    int device, check_args;
-    explicit NativeAsHost(Comm* cc) : c(cc), device(cc->device), check_args(cc->check_args) {
-        c->device = 0;
-        c->check_args = 0;
-    }
-    ~NativeAsHost() {
-        c->device = device;
-        c->check_args = check_args;
-    }
+    int device;
+    explicit NativeAsHost(Comm* cc) : c(cc), device(cc->device) { c->device = 0; }
+    ~NativeAsHost() { c->device = device; }
 };
 // A host view of a buffer: the buffer itself if it is host memory (or empty), else a copy in
 // the communicator's pinned staging slot, filled from the device when `in`, written back by back().
@@ -74,7 +72,7 @@ static inline void broadcast_device(Comm* c, void* buf, size_t count, CommType t
     size_t bytes = count * comm_type_size(t);
     if (c->staged) {
         NativeHostCopy b(c, 0, buf, bytes, true);
-        { NativeAsHost h(c); broadcast_native(c, b.host, count, t, root); }
+        { NativeAsHost h(c); broadcast_mpi(c, b.host, count, t, root); }
         b.back();
         return;
     }
@@ -88,7 +86,7 @@ static inline void reduce_device(Comm* c, const void* send, void* recv, size_t c
     bool at_root = c->rank == root;
     if (c->staged) {
         NativeHostCopy s(c, 0, send, bytes, true), r(c, 1, recv, at_root ? bytes : 0, false);
-        { NativeAsHost h(c); reduce_native(c, s.host, r.host, count, t, op, root); }
+        { NativeAsHost h(c); reduce_mpi(c, s.host, r.host, count, t, op, root); }
         r.back();
         return;
     }
@@ -114,7 +112,7 @@ static inline void allreduce_device(Comm* c, const void* send, void* recv, size_
     size_t bytes = count * comm_type_size(t);
     if (c->staged) {
         NativeHostCopy s(c, 0, send, bytes, true), r(c, 1, recv, bytes, false);
-        { NativeAsHost h(c); allreduce_native(c, s.host, r.host, count, t, op); }
+        { NativeAsHost h(c); allreduce_mpi(c, s.host, r.host, count, t, op); }
         r.back();
         return;
     }
@@ -155,7 +153,7 @@ static inline void reduce_scatter_device(Comm* c, const void* send, void* recv, 
     size_t mine = comm_block_count(count, c->size, c->rank), es = comm_type_size(t);
     if (c->staged) {
         NativeHostCopy s(c, 0, send, count * es, true), r(c, 1, recv, mine * es, false);
-        { NativeAsHost h(c); reduce_scatter_native(c, s.host, r.host, count, t, op); }
+        { NativeAsHost h(c); reduce_scatter_mpi(c, s.host, r.host, count, t, op); }
         r.back();
         return;
     }
@@ -181,7 +179,7 @@ static inline void allgather_device(Comm* c, const void* send, void* recv, size_
     size_t es = comm_type_size(t);
     if (c->staged) {
         NativeHostCopy s(c, 0, send, comm_block_count(count, p, r) * es, true), o(c, 1, recv, count * es, false);
-        { NativeAsHost h(c); allgather_native(c, s.host, o.host, count, t); }
+        { NativeAsHost h(c); allgather_mpi(c, s.host, o.host, count, t); }
         o.back();
         return;
     }
@@ -208,7 +206,7 @@ static inline void gather_device(Comm* c, const void* send, void* recv, size_t c
     size_t es = comm_type_size(t), mine = comm_block_count(count, p, r);
     if (c->staged) {
         NativeHostCopy s(c, 0, send, mine * es, true), o(c, 1, recv, r == root ? count * es : 0, false);
-        { NativeAsHost h(c); gather_native(c, s.host, o.host, count, t, root); }
+        { NativeAsHost h(c); gather_mpi(c, s.host, o.host, count, t, root); }
         o.back();
         return;
     }
@@ -237,7 +235,7 @@ static inline void scatter_device(Comm* c, const void* send, void* recv, size_t 
     size_t es = comm_type_size(t), mine = comm_block_count(count, p, r);
     if (c->staged) {
         NativeHostCopy s(c, 0, send, r == root ? count * es : 0, true), o(c, 1, recv, mine * es, false);
-        { NativeAsHost h(c); scatter_native(c, s.host, o.host, count, t, root); }
+        { NativeAsHost h(c); scatter_mpi(c, s.host, o.host, count, t, root); }
         o.back();
         return;
     }
@@ -267,7 +265,7 @@ static inline void alltoall_device(Comm* c, const void* send, void* recv, size_t
     size_t es = comm_type_size(t), total = count * (size_t)p * es;
     if (c->staged) {
         NativeHostCopy s(c, 0, send, total, true), o(c, 1, recv, total, false);
-        { NativeAsHost h(c); alltoall_native(c, s.host, o.host, count, t); }
+        { NativeAsHost h(c); alltoall_mpi(c, s.host, o.host, count, t); }
         o.back();
         return;
     }
@@ -302,7 +300,7 @@ static inline void alltoallv_device(Comm* c, const void* send, const size_t* sen
     }
     if (c->staged) {
         NativeHostCopy s(c, 0, send, send_extent * es, true), o(c, 1, recv, recv_extent * es, false);
-        { NativeAsHost h(c); alltoallv_native(c, s.host, sendcounts, sdispls, o.host, recvcounts, rdispls, t); }
+        { NativeAsHost h(c); alltoallv_mpi(c, s.host, sendcounts, sdispls, o.host, recvcounts, rdispls, t); }
         o.back();
         return;
     }

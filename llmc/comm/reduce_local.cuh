@@ -1,5 +1,6 @@
-// The local reduce on device buffers: the GPU twin of comm_reduce_local and comm_avg_finish
-// (comm.h), with the same arithmetic so that a device run matches a host run bit for bit:
+// The local reduce on device buffers: the GPU twin of comm_reduce_local_host and
+// comm_avg_finish_host (reduce_local_host.h), with the same arithmetic so that a device run
+// matches a host run bit for bit:
 //   fp32   d = d op s                      (IEEE add, compare; avg divides by (float)p)
 //   int32  sum wraps in uint32; avg divides with C's truncation toward zero
 //   bf16   widened to fp32, reduced, rounded back to nearest-even (NaN stays NaN)
@@ -7,10 +8,11 @@
 // One grid-stride kernel per job; the launchers check the launch and leave synchronisation to
 // the caller (comm.h and native.h synchronise before they return).
 //
-// Included by comm.h in the CUDA build only (LLMC_CUDA_COMM), after CommType and CommOp.
+// Included by comm_nccl.h, in the CUDA build only (LLMC_CUDA_COMM).
 #pragma once
 
 #include <cuda_runtime.h>
+#include "comm_types.h"
 
 __device__ __forceinline__ float comm_dev_bf16_to_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ uint16_t comm_dev_float_to_bf16(float f) {

@@ -2,7 +2,7 @@
 // a thread of rank 0 that takes the workers' requests as they come, applies their gradients
 // (SSP: a clock once all N pushes of it are in; async: each push) and answers with parameters.
 //
-// A straggler without a clock: --straggler hold:RANK (llmc/train/guard.h). A sleeping straggler
+// A straggler without a clock: --straggler hold:RANK (llmc/train/straggler.h). A sleeping straggler
 // (RANK:MS) is slow in wall time, so what it does to the schedule depends on the machine's load.
 // The held rank is slow in ORDER instead: the server takes its request only when no other
 // worker can move, i.e. every other worker waits for an answer (a push the bound holds back, the

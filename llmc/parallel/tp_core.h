@@ -10,7 +10,7 @@
 // The collectives run on the compute thread, in order, as Megatron's do on the compute stream:
 // each one is on the critical path (no overlap), and its time is the "tp comm" time printed per
 // step. Data parallelism's thread may run its own collectives on the dp group at the same time,
-// which needs MPI_THREAD_MULTIPLE (llmc/parallel/plan.h asks for it).
+// which needs MPI_THREAD_MULTIPLE (llmc/train/parallel_plan.h asks for it).
 #pragma once
 
 #include "../model/gpt2.h"

@@ -3,12 +3,10 @@
 //   guard_init           after plan_init: SIGXFSZ ignored (a write past the file-size limit then
 //                        fails with EFBIG and is reported, instead of killing the process
 //                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
-//                        --fault read, and with --comm-timeout the watchdog started
+//                        and with --comm-timeout the watchdog started
 //   (the output paths, checked before any work, are llmc/train/outputs.h's)
-//   guard_dloss          at each step's start: the progress mark, --on-nan skip handed to the
-//                        model, the faults the tests inject (nan, hang, kill), and the
-//                        straggler's sleep (--straggler RANK:MS or random:MS; hold:RANK
-//                        sleeps nowhere: the asynchronous server takes that rank's requests last)
+//   guard_dloss          at each step's start: the progress mark, and --on-nan skip handed to
+//                        the model
 //   guard_step_end       after the update: a non-finite loss or gradient norm stops the run,
 //                        naming the step and the first tensor whose gradient is not finite
 //                        (--on-nan stop), or skips the step's update (--on-nan skip)
@@ -36,6 +34,10 @@
 // even if they come back. T must exceed the longest time between two marks (a block's forward or
 // backward, an evaluation, a sample, a save). The watchdog is armed at the first step and stops
 // after the last (the final evaluation and saves are not watched).
+//
+// Two things the tests and the labs inject plug in at the step's start (guard_dloss), each in a
+// file of its own: the faults of --fault (llmc/train/fault_injection.h) and the slow worker of
+// --straggler (llmc/train/straggler.h).
 #pragma once
 
 #include <signal.h>
@@ -51,8 +53,9 @@
 #include "train_args.h"
 #include "parallel_plan.h"
 #include "watchdog.h"
+#include "fault_injection.h"
+#include "straggler.h"
 
-enum { FAULT_NONE, FAULT_NAN, FAULT_HANG, FAULT_KILL, FAULT_STALL };
 // the model's hook events (llmc/model/hooks.h) the watchdog counts inside a step, and the last one's kind
 enum { AT_MICRO = 1, AT_FORWARD, AT_BLOCK_FORWARD, AT_BACKWARD, AT_BLOCK_BACKWARD, AT_BACKWARD_END };
 
@@ -60,9 +63,8 @@ typedef struct Guard {
     const TrainArgs* args;
     Plan* plan;
     int rank, world_size;
-    int fault, fault_rank, fault_step;   // --fault: what, on which rank (-1: all), at the start of which step (from 1)
-    int straggler_rank;            // --straggler: the slow rank, -1 random (one per step), -2 none (or hold:RANK)
-    double straggler_ms;           //   its delay per step
+    Fault fault;                   // --fault (tests only)
+    Straggler straggler;           // --straggler
     // progress of the main thread: 0 before the first step, 2s+1 in step s, 2s+2 after it (s from 0)
     std::atomic<long long> mark{0};
     std::atomic<double> last_progress{0.0};   // wall_seconds() of the last mark or hook event
@@ -276,12 +278,6 @@ static inline void guard_mark(Guard* g, long long mark) {
 // ---- the model's hook events: progress inside a step (the timeout then bounds the time between
 // two events, a block's forward or backward, not a whole step), and where a rank stopped
 static inline void guard_event(Guard* g, int kind, int l) {
-    long long s = g->mark.load();
-    if (g->fault == FAULT_STALL && kind == AT_BLOCK_BACKWARD && s % 2 == 1 && (s + 1) / 2 == g->fault_step &&
-        g->fault_rank == g->rank) {   // the main thread stops inside the step, in the backward
-        fprintf(stderr, "fault: rank %d stalls in step %d, the backward of block %d (--fault)\n", g->rank, g->fault_step, l);
-        for (;;) { pause(); }
-    }
     g->where.store(((long long)kind << 32) | ((long long)(g->micro & 0xFFFF) << 16) | (long long)(l & 0xFFFF));
     g->events.fetch_add(1);
     g->last_progress.store(wall_seconds());
@@ -300,7 +296,7 @@ static inline void guard_on_block_backward(void* ctx, int l, BlockWeights* w, Bl
 static inline void guard_on_backward_end(void* ctx) { guard_event((Guard*)ctx, AT_BACKWARD_END, 0); }
 // joins the model's chain once (it only watches: it rewrites no pointer, so its place in the chain does not matter)
 static inline void guard_hooks(Guard* g) {
-    if (g->hooked || (g->timeout <= 0 && g->fault != FAULT_STALL)) { return; }
+    if (g->hooked || g->timeout <= 0) { return; }
     g->hooks = GPT2Hooks{};
     g->hooks.name = "guard: progress marks";
     g->hooks.ctx = g;
@@ -325,78 +321,6 @@ static inline void guard_free(Guard* g) { guard_stop(g); }
 // ---------------------------------------------------------------------------------------
 // Set-up
 
-// --fault nan:STEP | nan:RANK:STEP | hang:RANK:STEP | kill:RANK:STEP (steps from 1, as printed)
-static inline void guard_parse_fault(Guard* g, const char* s) {
-    g->fault = FAULT_NONE;
-    g->fault_rank = -1;
-    g->fault_step = 0;
-    if (s == NULL) { return; }
-    // KIND:RANK:STEP (nan:RANK:STEP: one rank's gradients only, the others must skip the step with it)
-    static const struct { const char* name; int fault; } kinds[] = {
-        {"nan", FAULT_NAN}, {"hang", FAULT_HANG}, {"kill", FAULT_KILL}, {"stall", FAULT_STALL}};
-    char kind[8] = "";
-    int a = 0, b = 0, end = 0;
-    if (sscanf(s, "nan:%d%n", &a, &end) == 1 && s[end] == 0 && a >= 1) {   // every rank's
-        g->fault = FAULT_NAN;
-        g->fault_step = a;
-    } else if (sscanf(s, "%7[a-z]:%d:%d%n", kind, &a, &b, &end) == 3 && s[end] == 0 && a >= 0 && b >= 1) {
-        for (const auto& k : kinds) {
-            if (strcmp(kind, k.name) == 0) { g->fault = k.fault; }
-        }
-        g->fault_rank = a;
-        g->fault_step = b;
-    }
-    char canonical[64];   // the numbers read back as written: one that does not fit an int is refused, not wrapped
-    if (g->fault == FAULT_NAN && g->fault_rank < 0) { snprintf(canonical, sizeof(canonical), "nan:%d", a); }
-    else { snprintf(canonical, sizeof(canonical), "%s:%d:%d", kind, a, b); }
-    if (g->fault == FAULT_NONE || strcmp(canonical, s) != 0) {
-        die("--fault must be nan:STEP, nan:RANK:STEP, hang:RANK:STEP, stall:RANK:STEP or kill:RANK:STEP (steps from 1, "
-            "whole numbers up to 2147483647), got '%s'", s);
-    }
-    if (g->fault_rank >= g->world_size) {
-        die("--fault %s: there is no rank %d (the run has %d ranks)", s, g->fault_rank, g->world_size);
-    }
-}
-
-// --straggler (the form is checked in train_args.h; the rank here, where the world size is known:
-// every rank finds the same error before step 1). Two kinds of straggler:
-//   RANK:MS, random:MS   slow in wall time: the rank (or one drawn per step) sleeps MS ms at the
-//                        start of the step (guard_dloss); what that does to the schedule depends
-//                        on how fast the others are, i.e. on the machine and its load
-//   hold:RANK            slow in order: the asynchronous server (llmc/parallel/dp_ps_async.h)
-//                        takes that rank's requests only when no other worker can move, the
-//                        slowest it can be without stopping the run; the same schedule on every run
-static inline void guard_parse_straggler(Guard* g, const char* s) {
-    g->straggler_rank = -2;
-    g->straggler_ms = 0.0;
-    if (s == NULL) { return; }
-    const char* c = strchr(s, ':');
-    if (strncmp(s, "hold:", 5) == 0) {
-        int held = atoi(c + 1);
-        if (held >= g->world_size) {
-            die("--straggler %s: there are only %d ranks (0 to %d): hold one of them", s, g->world_size, g->world_size - 1);
-        }
-        return;   // the server holds it back (DPConfig.held, llmc/parallel/dp_ps_async.h)
-    }
-    g->straggler_ms = atof(c + 1);
-    g->straggler_rank = strncmp(s, "random:", 7) == 0 ? -1 : atoi(s);
-    if (g->straggler_rank >= g->world_size) {
-        die("--straggler %s: there are only %d ranks (0 to %d): name one of them, or random:%s", s, g->world_size,
-            g->world_size - 1, c + 1);
-    }
-}
-// The straggler of step `step` (from 0): the named rank, or with random:MS one rank drawn from
-// --seed and the step, so that every rank draws the same one without talking (and a worker
-// ahead of the others, without a barrier, still agrees on who straggles at each step)
-static inline int guard_straggler_at(const Guard* g, int step) {
-    if (g->straggler_rank != -1) { return g->straggler_rank; }
-    uint64_t x = (uint64_t)(uint32_t)g->args->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step + 1;   // splitmix64
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    return (int)(x % (uint64_t)g->world_size);
-}
-
 // After plan_init, on every rank (collective: the watchdogs' communicator is made here).
 static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     signal(SIGXFSZ, SIG_IGN);   // past the file-size limit: write fails with EFBIG, and we say so
@@ -408,8 +332,8 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     g->plan = plan;
     g->rank = plan->rank;
     g->world_size = plan->world_size;
-    guard_parse_fault(g, args->fault);
-    guard_parse_straggler(g, args->straggler);
+    fault_parse(&g->fault, args->fault, g->rank, g->world_size);
+    straggler_parse(&g->straggler, args->straggler, g->rank, g->world_size, args->seed);
     g->mark.store(0);
     g->events.store(0);
     g->where.store(0);
@@ -437,30 +361,15 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
 // ---------------------------------------------------------------------------------------
 // Each step
 
-// At the start of step `step` (from 0), with the dloss the task returned: the progress mark, the
-// --on-nan choice handed to the model's update, and the injected faults. Returns the dloss.
+// At the start of step `step` (from 0), with the dloss the task returned: the progress mark and
+// the --on-nan choice handed to the model's update. Returns the dloss.
 static inline float guard_dloss(Guard* g, int step, float dloss) {
-    int s = step + 1;   // as printed
-    if (g->fault_step == s && (g->fault_rank < 0 || g->fault_rank == g->rank)) {
-        if (g->fault == FAULT_KILL) {
-            fprintf(stderr, "fault: rank %d kills itself at the start of step %d (--fault)\n", g->rank, s);
-            raise(SIGKILL);
-        }
-        if (g->fault == FAULT_HANG) {   // the main thread stops for good; the process lives on
-            fprintf(stderr, "fault: rank %d hangs at the start of step %d (--fault)\n", g->rank, s);
-            for (;;) { pause(); }
-        }
-    }
+    fault_step_begins(&g->fault, g->plan->model, step);   // --fault: kill or hang here (tests only)
     guard_hooks(g);
     guard_mark(g, 2LL * step + 1);
-    if (g->straggler_rank >= -1 && guard_straggler_at(g, step) == g->rank) {   // --straggler: this rank is slow this step
-        usleep((useconds_t)(g->straggler_ms * 1000.0));
-    }
+    straggler_delay(&g->straggler, step);   // --straggler: this rank may be slow this step
     g->plan->model->skip_nonfinite = strcmp(g->args->on_nan, "skip") == 0;
-    if (g->fault == FAULT_NAN && g->fault_step == s && (g->fault_rank < 0 || g->fault_rank == g->rank)) {
-        dloss *= NAN;   // every gradient of the step (on that rank) is NaN
-    }
-    return dloss;
+    return fault_dloss(&g->fault, step, dloss);   // --fault nan: a NaN dloss (tests only)
 }
 
 // The first gradient (in the parameter table's order; for a per-layer tensor, the first layer)

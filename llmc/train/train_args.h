@@ -64,7 +64,7 @@ typedef struct {
     int exit_after;             // stop after this step, as a pre-empted job would (0: never)
     float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
     const char* on_nan;         // stop or skip
-    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/train/guard.h)
+    const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/train/fault_injection.h)
     // precision and memory (doc/precision.md, doc/memory.md)
     const char* precision;      // fp32, bf16 or fp16 (NULL: the build's own: fp32 on the CPU, bf16 on CUDA)
     const char* loss_scale;     // off, dynamic, or a fixed scale (llmc/train/loss_scale.h)
@@ -82,7 +82,7 @@ typedef struct {
     int ps_async;               // asynchronous parameter server: every push applied as it comes (llmc/parallel/dp_ps_async.h)
     const char* staleness;      // stale synchronous parallel: a worker at most S steps ahead of the slowest (NULL: off)
     int staleness_bound;        // --staleness parsed (-1: not given)
-    const char* straggler;      // RANK:MS, random:MS or hold:RANK: a slow worker (llmc/train/guard.h)
+    const char* straggler;      // RANK:MS, random:MS or hold:RANK: a slow worker (llmc/train/straggler.h)
     const char* ps_log;         // the asynchronous server's log: one line per applied update (NULL: none)
     const char* compress;       // none, topk:R, randk:R, qsgd:B or sign (llmc/parallel/dp_compress.h)
     const char* error_feedback; // on or off: keep what compression did not send for the next step

@@ -14,7 +14,7 @@
 
 // --comm-chunk-kb/--comm-order, --ps-async/--staleness/--straggler, --compress/--error-feedback
 // (doc/parameter-server.md). A straggler rank that does not exist is checked once the world
-// size is known (llmc/train/guard.h).
+// size is known (llmc/train/straggler.h).
 static inline void train_args_check_ps(TrainArgs* a) {
     if (a->comm_chunk_kb < 0) { die("--comm-chunk-kb must be >= 0 KiB (0 = whole buffers), got %d", a->comm_chunk_kb); }
     if (strcmp(a->comm_order, "fifo") != 0 && strcmp(a->comm_order, "priority") != 0) {
