@@ -1,5 +1,5 @@
 // The model's accounting: its memory and its compute in closed form, from the shapes alone (no
-// allocation), and its line in the run's header. The planner (llmc/planner/search.h) predicts
+// allocation), and its line in the run's header. The planner (llmc/planner/cost_model.h) predicts
 // with these, the memory tables (llmc/train/parallel_plan_report.h) print them beside what was allocated, and
 // the allocation checks against gpt2_state_bytes before it asks for the memory
 // (llmc/model/gpt2_build.h). Included by llmc/model/gpt2.h (it needs GPT2).

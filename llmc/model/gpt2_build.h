@@ -110,7 +110,7 @@ static inline void gpt2_check_config(const GPT2Config* cfg) {
 }
 
 // The model's shape as a rank at `place` holds it, no memory yet: the config, the place, the
-// parameter tables, the ops (and the MoE's routing state). The planner (llmc/planner/search.h)
+// parameter tables, the ops (and the MoE's routing state). The planner (llmc/planner/cost_model.h)
 // stops here and asks the formulas; gpt2_build_shard goes on to allocate.
 static inline void gpt2_shape_shard(GPT2* model, const GPT2Config* cfg, const GPT2Place* place) {
     memset(model, 0, sizeof(*model));
@@ -203,7 +203,7 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
 
 // Activations for `slots` micro-batches of up to B x T tokens each (T <= max_seq_len). With
 // dry = 1 nothing is allocated: only acts_bytes and acts_requested are set, the figures the
-// memory tables print (the planner's dry model, llmc/planner/search.h).
+// memory tables print (the planner's dry model, llmc/planner/cost_model.h).
 static inline void gpt2_activations_slots(GPT2* model, int B, int T, int slots, int dry) {
     const GPT2Config* c = &model->config;
     if (T > c->max_seq_len) { die("sequence length %d exceeds the model's maximum %d", T, c->max_seq_len); }

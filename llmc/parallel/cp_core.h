@@ -144,7 +144,7 @@ static inline int cp_prev(const ContextParallel* cp) { return (cp->rank + cp->cp
 // channels and NH heads on this rank (tp's share): what the op needs (test/test_cp_attention.cu
 // drives the op with this alone).
 // the split alone (rank `rank` of p), no communicator, no memory: what the formulas read; the
-// planner (llmc/planner/search.h) stops here
+// planner (llmc/planner/cost_model.h) stops here
 static inline void cp_shape(ContextParallel* cp, int p, int rank, CPAlgo algo, int zigzag, int T) {
     cp->comm = NULL;
     cp->cp = p;

@@ -1,7 +1,7 @@
 // What expert parallelism (llmc/parallel/ep.h) costs, by formula, and what the trainer prints
 // beside what it counted: the expert parameters and state per rank, the all-to-all and edp
 // bytes of a step, and the MoE blocks' load per step summed over the data-parallel ranks.
-// The planner (llmc/planner/search.h) predicts with the same formulas. Included at the end of ep.h.
+// The planner (llmc/planner/cost_model.h) predicts with the same formulas. Included at the end of ep.h.
 #pragma once
 
 #include <algorithm>
