@@ -15,7 +15,7 @@
 #include "cpu/attention.h"
 #include "cpu/kv_cache.h"         // the KV-cache kernels of generation (llmc/model/generate.h)
 #include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
-#include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/model/moe.h)
+#include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/model/moe_block.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"
 #include "cpu/classifier.h"
@@ -23,7 +23,7 @@
 #include "cpu/global_norm.h"
 #include "cpu/adamw.h"
 #include "cpu/quantize.h"       // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
-#include "cpu/fp8.h"                // FP8 simulated: absmax, fake quantisation (llmc/model/fp8.h)
+#include "cpu/fp8.h"                // FP8 simulated: absmax, fake quantisation (llmc/model/fp8_linear.h)
 
 // Backend services the driver calls; on the CPU there is nothing to set up or wait for.
 static inline void backend_init(int local_rank) { (void)local_rank; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2086  # flag strings ($MOE_A, $QUIET, ...) are split into words on purpose
-# Lab: mixture of experts and expert parallelism (llmc/model/moe.h, llmc/parallel/ep.h,
+# Lab: mixture of experts and expert parallelism (llmc/model/moe_block.h, llmc/parallel/ep.h,
 # doc/expert-parallel.md). Four parts, every figure read from the trainer's own lines:
 #   (a) tokens per expert over training with and without the load-balancing loss (--moe-aux 0.01
 #       against 0), E 4, top-1, ONE MoE block (--moe-every 6: block 5; the trainer's line sums the

@@ -54,7 +54,7 @@ PERTURBATIONS = [
     # test/test_moe.sh
     ("expert gradients averaged over all dp ranks", "llmc/parallel/ep_gradients.h", "expr",
      "&ep->edp", "ep->dp_comm", "Comm* group = &ep->edp;"),
-    ("a combine that ignores the gate weights", "llmc/model/moe.h", "stmt",
+    ("a combine that ignores the gate weights", "llmc/model/moe_block.h", "stmt",
      "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);",
      "moe_combine(out, r->yret, r->slot_d, NULL, N, k, C, 0);"),
     # test/test_compress.sh

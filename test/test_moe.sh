@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mixture of experts and expert parallelism (llmc/model/moe.h, llmc/parallel/ep.h) against the
+# Mixture of experts and expert parallelism (llmc/model/moe_block.h, llmc/parallel/ep.h) against the
 # single-rank MoE run, on CPU ranks in fp32:
 #   - equivalence: 20 steps whose losses, gradient norms and final parameters (the checkpoint
 #     each run writes, every tensor, experts and router included) match one rank within 1e-5

@@ -1,4 +1,4 @@
-// FP8, simulated (llmc/model/fp8.h): the largest magnitude of a tensor, and "fake quantisation":
+// FP8, simulated (llmc/model/fp8_linear.h): the largest magnitude of a tensor, and "fake quantisation":
 //   out = round_fp8(in * scale) / scale
 // which is the value an FP8 tensor with that scale holds, back in floatX. With a power-of-two
 // scale the division is exact, so out is what an FP8 GEMM would read, and the matmul that

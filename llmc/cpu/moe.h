@@ -1,4 +1,4 @@
-// The pieces of the mixture-of-experts block (the model and its rules are in llmc/model/moe.h): the
+// The pieces of the mixture-of-experts block (the model and its rules are in llmc/model/moe_block.h): the
 // router's softmax, moving token rows to and from the experts, the weighted sum of
 // the experts' outputs, and the backward of each. The experts themselves are plain linear
 // layers (matmul.h) and GELU (gelu.h) on the rows gathered for them.

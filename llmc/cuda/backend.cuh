@@ -16,14 +16,14 @@
 #include "matmul.cuh"
 #include "attention.cuh"
 #include "attention_block.cuh"   // the pieces of ring attention (llmc/parallel/cp.h)
-#include "moe.cuh"               // the pieces of the mixture-of-experts block (llmc/model/moe.h)
+#include "moe.cuh"               // the pieces of the mixture-of-experts block (llmc/model/moe_block.h)
 #include "gelu.cuh"
 #include "residual.cuh"
 #include "classifier.cuh"
 #include "global_norm.cuh"
 #include "adamw.cuh"
 #include "quantize.cuh"   // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
-#include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/model/fp8.h)
+#include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/model/fp8_linear.h)
 #include "../train/mfu.h"
 
 // Picks GPU local_rank % (number of GPUs), checks it (device.cuh), then sets up cuBLASLt.

@@ -1,4 +1,4 @@
-// The pieces of the mixture-of-experts block on the GPU (the model is in llmc/model/moe.h): the
+// The pieces of the mixture-of-experts block on the GPU (the model is in llmc/model/moe_block.h): the
 // router's softmax, gathering token rows for the experts, the gate-weighted sum of the experts'
 // outputs and its backward, the router's backward, a scale. The formulas are in llmc/cpu/moe.h;
 // the same names and signatures, with floatX for activations and fp32 for probabilities, gates

@@ -121,10 +121,10 @@ typedef struct GPT2 {
     GPT2Ops ops;                // how sublayers are computed (llmc/model/ops.h)
     HookChain hooks;            // where weights and gradients live (llmc/model/hooks.h)
     ParameterTensors root, root_grads;  // the root tensors of the pass in flight (after the hooks)
-    struct MoE* moe;            // mixture of experts (llmc/model/moe.h): routing state and buffers, NULL when dense
+    struct MoE* moe;            // mixture of experts (llmc/model/moe_block.h): routing state and buffers, NULL when dense
 } GPT2;
 
-#include "moe.h"   // the MoE block's MLP (needs GPT2)
+#include "moe_block.h"   // the MoE block's MLP (needs GPT2)
 
 // the i-th of the step's n micro-batches starts (llmc/train/step.h)
 static inline void gpt2_micro_begin(GPT2* model, int i, int n) {
@@ -134,7 +134,7 @@ static inline void gpt2_micro_begin(GPT2* model, int i, int n) {
 
 // ---------------------------------------------------------------------------------------
 // The MLP's default entries (model->ops.mlp): fc -> GELU -> fcproj through the linear entries.
-// An MoE block's MLP is the experts instead (llmc/model/moe.h), all on this rank.
+// An MoE block's MLP is the experts instead (llmc/model/moe_block.h), all on this rank.
 static const MoEExchange MOE_ONE_RANK = {NULL, 1, 0, NULL, NULL};
 
 static inline void op_mlp_forward(void* ctx, const OpAt* at, MLPActs* a, const floatX* inp, const BlockWeights* w,

@@ -320,7 +320,7 @@ static inline void gpt2_activations_slots(GPT2* model, int B, int T, int slots, 
     model->max_B = B;
     model->max_T = T;
     model->num_slots = slots;
-    // the MoE blocks' routing and expert activations: their own buffers (llmc/model/moe.h), sized by capacity
+    // the MoE blocks' routing and expert activations: their own buffers (llmc/model/moe_block.h), sized by capacity
     if (model->moe) { moe_allocate(model->moe, c, &model->place, B, T, slots, (int)H); }
 }
 static inline void gpt2_allocate_activations_slots(GPT2* model, int B, int T, int slots) {

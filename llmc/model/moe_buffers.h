@@ -1,7 +1,7 @@
-// The memory of the MoE blocks (llmc/model/moe.h): a routing state (MoERouting) per micro-batch
+// The memory of the MoE blocks (llmc/model/moe_block.h): a routing state (MoERouting) per micro-batch
 // slot and MoE block, saved for the backward and sized by the capacity; generation's, grown on
 // demand; the scratch the blocks share; the step's statistics (llmc/model/moe_stats.h).
-// Included by llmc/model/moe.h (it needs GPT2).
+// Included by llmc/model/moe_block.h (it needs GPT2).
 //
 // Memory per block and slot: p (N E fp32), the expert inputs and hidden units of at most
 // B cap E rows (the capacity bound), the k N gates, slots and expert outputs.

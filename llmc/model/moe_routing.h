@@ -1,4 +1,4 @@
-// The routing of an MoE block (llmc/model/moe.h) after the top-k: which (token, choice) pairs the
+// The routing of an MoE block (llmc/model/moe_block.h) after the top-k: which (token, choice) pairs the
 // capacity keeps, Switch's load-balancing loss and its gradient, the order the kept rows are sent
 // in, and the decisions' copies to the device. What one block decided for one micro-batch is a
 // MoERouting, saved for the backward.

@@ -1,8 +1,8 @@
-// What the MoE blocks (llmc/model/moe.h) count and print: the step's kept pairs per expert (and
+// What the MoE blocks (llmc/model/moe_block.h) count and print: the step's kept pairs per expert (and
 // per block), the drops, the aux loss, the rows of each expert call, and the plan printed at
 // start. The per-step line, which sums over the data-parallel ranks, is moe_report_step in
 // llmc/parallel/ep_accounting.h, beside the MPI calls it needs.
-// Included by llmc/model/moe.h (it needs GPT2).
+// Included by llmc/model/moe_block.h (it needs GPT2).
 #pragma once
 
 #include <vector>

@@ -8,7 +8,7 @@
 //
 // A layered tensor holds the slices of all L blocks, (L, ...), so the whole model is ONE flat
 // buffer and each tensor a pointer into it (point_parameters). Parameter count:
-// Vp*C + maxT*C + L*(12*C^2 + 13*C) + 2*C. A mixture-of-experts model (llmc/model/moe.h) has the
+// Vp*C + maxT*C + L*(12*C^2 + 13*C) + 2*C. A mixture-of-experts model (llmc/model/moe_block.h) has the
 // MLPs of its Lm MoE blocks in five more tensors after lnfb (the dense MLP's four then hold the
 // L - Lm dense blocks); a dense model has Lm = 0, llm.c's table exactly.
 // This is the WHOLE model; a rank's shard of it (tp, pp, ep): llmc/model/params_shard.h.
@@ -25,7 +25,7 @@ typedef struct {
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
-    // mixture of experts (llmc/model/moe.h); num_experts 0 = the dense GPT-2 above
+    // mixture of experts (llmc/model/moe_block.h); num_experts 0 = the dense GPT-2 above
     int num_experts;        // E: experts per MoE block
     int moe_topk;           // k: experts per token
     int moe_every;          // N: block l is an MoE block iff l % N == N - 1

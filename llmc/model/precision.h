@@ -1,6 +1,6 @@
 // Number formats: rounding a float to BF16, FP16, FP8 E4M3 and FP8 E5M2, on the host.
 // The CPU backend stores every floatX tensor rounded with these (--precision bf16|fp16,
-// llmc/cpu/memory.h), FP8 matmuls are simulated with them (--fp8, llmc/model/fp8.h), and the tests
+// llmc/cpu/memory.h), FP8 matmuls are simulated with them (--fp8, llmc/model/fp8_linear.h), and the tests
 // hold them against exact values (test/test_precision.cu). doc/precision.md walks through them.
 //
 //   format   bits (sign.exponent.mantissa)  bias   largest finite   smallest normal  smallest subnormal

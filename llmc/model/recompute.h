@@ -69,7 +69,7 @@ static inline BlockActs gpt2_recompute_block_acts(GPT2* model, const ActivationT
 //              writes it; the GELU again on the kept fch
 //   full       the block's forward from its kept input, without the last residual add (residual3
 //              is kept: the next layer's input). An MoE block's MLP is not rerun: its routing
-//              and expert activations live in the MoE's own per-slot buffers (llmc/model/moe.h), and
+//              and expert activations live in the MoE's own per-slot buffers (llmc/model/moe_block.h), and
 //              a second routing would count the step's statistics (and the all-to-alls) twice;
 //              its backward needs only ln2, which the attention half rebuilds.
 static inline void gpt2_block_rebuild(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
@@ -89,7 +89,7 @@ static inline void gpt2_block_rebuild(GPT2* model, const OpAt* at, const BlockWe
     if (dense) { gelu_forward(b->fch_gelu, b->fch, (size_t)at->B * at->T * H); }
 }
 // While it runs, model->recomputing tells ops that keep state across calls to replay what the
-// forward did rather than record again (llmc/model/fp8.h: the forward's scales, no second amax), and
+// forward did rather than record again (llmc/model/fp8_linear.h: the forward's scales, no second amax), and
 // --precision's counters pause (each stored value counted once).
 static inline void gpt2_block_recompute(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
     if (model->recompute == RECOMPUTE_NONE) { return; }

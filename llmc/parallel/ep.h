@@ -1,4 +1,4 @@
-// Expert parallelism: the E experts of every MoE block (llmc/model/moe.h) split over ep ranks, and each
+// Expert parallelism: the E experts of every MoE block (llmc/model/moe_block.h) split over ep ranks, and each
 // token travels to the rank that holds its expert and back (GShard; DeepSpeed-MoE; Megatron).
 // The lecture "LLM Pre-training and Beyond", slide "Expert Parallelism applied on
 // Mixture-of-Experts".
@@ -16,12 +16,12 @@
 //   rank 1: tokens ─ route ─> rows for [e0 e1 | e2 e3] ─┘ (dispatch) └─> rank 1: e2, e3 on both ranks' rows ─┤
 //   out[t] = sum_j g_tj y_tj <── combine (each rank its tokens) <── y in send order <── all-to-all (return) ─┘
 //
-//   1. route its B T tokens (host, moe.h): which expert, kept or dropped, the rows per (rank, expert)
+//   1. route its B T tokens (host, moe_block.h): which expert, kept or dropped, the rows per (rank, expert)
 //   2. exchange the counts: every rank learns how many rows it will receive per (source, expert)
 //   3. dispatch: all-to-all-v of the kept pairs' token rows, to the experts' ranks
 //   4. run its E/ep experts on what arrived (rows of all ep ranks' tokens, expert by expert)
 //   5. return: all-to-all-v of the expert outputs back to the tokens' ranks
-//   6. combine: out[t] = sum_j g_tj y_tj on the token's own rank (moe.h)
+//   6. combine: out[t] = sum_j g_tj y_tj on the token's own rank (moe_block.h)
 // Steps 2 to 5 are ep_experts_forward, below. The backward (ep_experts_backward) runs the same
 // exchanges in the same order, carrying gradients.
 //

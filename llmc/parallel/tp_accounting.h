@@ -44,7 +44,7 @@ static inline uint64_t tp_formula_bytes(const TensorParallel* tp, int micro, int
     int p = tp->tp, r = tp->rank;
     const GPT2Place* pl = &tp->model->place;
     size_t L = (size_t)gpt2_local_layers(tp->model), X = (size_t)B * T * tp->model->config.channels, BT = (size_t)B * T;
-    // an MoE block (llmc/model/moe.h) has the attention's f and g; its MLP's are inside each expert
+    // an MoE block (llmc/model/moe_block.h) has the attention's f and g; its MLP's are inside each expert
     size_t Lm = tp->model->moe ? (size_t)tp->model->moe->blocks : 0;
     // f and g: 4 per block, the embedding's g and the LM head's f where this (pipeline) stage has them
     size_t regions = 4 * L - 2 * Lm + (pl->has_embedding ? 1 : 0) + (pl->has_head ? 1 : 0);

@@ -27,7 +27,7 @@
 #include "../common.h"
 #include "../model/gpt2.h"
 #include "../model/checkpoint.h"
-#include "../model/fp8.h"
+#include "../model/fp8_linear.h"
 #include "../comm/comm.h"
 #include "../parallel/mesh.h"
 #include "../parallel/placement.h"
@@ -59,7 +59,7 @@ typedef struct {
     ContextParallel cp;     // with ncp > 1: ring attention (llmc/parallel/cp.h), the step wrapped
     int nep;                // expert-parallel ranks (1 without it)
     ExpertParallel ep;      // with nep > 1: the experts split over ep of the dp ranks (llmc/parallel/ep.h)
-    Fp8 fp8;                // --fp8: the blocks' linear entries wrapped in FP8 quantisation (llmc/model/fp8.h)
+    Fp8 fp8;                // --fp8: the blocks' linear entries wrapped in FP8 quantisation (llmc/model/fp8_linear.h)
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
     double comm_total, exposed_total;   // data-parallel communication over the timed steps

@@ -70,7 +70,7 @@ typedef struct {
     const char* loss_scale;     // off, dynamic, or a fixed scale (llmc/train/loss_scale.h)
     float loss_scale_init;      // dynamic: the first scale
     int loss_scale_window;      // dynamic: clean steps before the scale doubles
-    const char* fp8;            // off, current or delayed scaling (llmc/model/fp8.h)
+    const char* fp8;            // off, current or delayed scaling (llmc/model/fp8_linear.h)
     int fp8_history;            // delayed scaling: steps of amax history
     const char* recompute;      // none, selective or full (llmc/model/gpt2.h)
     int qwz;                    // ZeRO++: block-wise int8 weight all-gather
