@@ -1,6 +1,6 @@
 // The training state: what a run needs to stop and go on exactly where it was, on the same mesh
-// or on another one (doc/training-state.md). This file says what it is and when it is
-// saved; the code is in:
+// or on another one (doc/training-state.md). This file says what it is and when it is saved;
+// the code is in:
 //   state_save.h       train_state_save: every rank its file, then rank 0 the manifest; all or nothing
 //   state_load.h       train_state_model, train_state_init: resuming, on any mesh
 //   state_shards.h     where a rank's values sit in the full model; the rank files read back
