@@ -29,6 +29,8 @@
 #include "dp.h"
 #include "tp.h"
 #include "pp.h"
+#include "pp_setup.h"
+#include "pp_accounting.h"
 #include "cp.h"
 #include "ep.h"
 #include "../model/fp8.h"

@@ -44,6 +44,7 @@
 #include "../parallel/dp.h"
 #include "../parallel/tp.h"
 #include "../parallel/pp.h"
+#include "../parallel/pp_accounting.h"
 #include "../parallel/cp.h"
 #include "../parallel/ep.h"
 
