@@ -11,9 +11,10 @@
 #include "pp_validate.h"
 #include "pp_split_backward.h"
 
-// ---- where each stage's layers are (every rank computes every stage's, so rank 0 can print them).
-// split: layers per stage (v = 1), or NULL for the even split (the first L % p stages one more).
+// ---- where each stage's layers are
 
+// Every rank computes every stage's, so rank 0 can print them. split: layers per stage (v = 1),
+// or NULL for the even split (the first L % p stages one more).
 static inline void pp_stage_place(GPT2Place* place, int L, int p, int v, const int* split, int s) {
     if (v > 1) {   // interleaved: chunk c of stage s is global chunk c p + s
         int lc = L / (v * p);
@@ -51,6 +52,8 @@ static inline void pp_check_layers(int L, int p, int v, const int* split, int ns
     }
 }
 
+// ---- the step and the evaluation
+
 // Evaluation: one batch forward through the stages in order (no pipelining), the loss sum on
 // every rank.
 static inline double pp_forward_loss(void* ctx, GPT2* model, const MicroBatch* mb) {
@@ -77,9 +80,10 @@ static inline GPT2Step pp_step(PipelineParallel* pp) {
     return s;
 }
 
-// ---- what the update asks of the pipeline (dp_core.h's ShardGroup): the gradient norm is summed
-// over the stages (after the tp group's sum); gradients completed as the tp group says.
+// ---- what the update asks of the pipeline
 
+// dp_core.h's ShardGroup: the gradient norm is summed over the stages (after the tp group's
+// sum); gradients completed as the tp group says.
 static inline void pp_complete_grads(void* ctx, int tensor, floatX* grad, size_t n) {
     PipelineParallel* pp = (PipelineParallel*)ctx;
     if (pp->inner.complete_grads) { pp->inner.complete_grads(pp->inner.ctx, tensor, grad, n); }
@@ -92,9 +96,10 @@ static inline double pp_sum_norm(void* ctx, double sq) {
 }
 static inline ShardGroup pp_shard_group(PipelineParallel* pp) { return ShardGroup{pp, pp_complete_grads, pp_sum_norm}; }
 
-// ---- setting up (collective over the pp group): the schedule, checked; the activation slots for
-// its peak in flight (the model's activations are allocated again); the embedding group.
+// ---- setting up
 
+// Collective over the pp group: the schedule, checked; the activation slots for its peak in
+// flight (the model's activations are allocated again); the embedding group.
 static inline void pp_init(PipelineParallel* pp, GPT2* model, Comm* comm, int kind, int v, int m, int use_ring,
                            ShardGroup inner) {
     pp->comm = comm;
