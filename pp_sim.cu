@@ -1,6 +1,7 @@
-// pp_sim: the pipeline schedules of llmc/parallel/pp_schedule.h built, checked and timed on
-// paper, no model and no GPU: the lecture's timeline of each schedule, its simulated bubble
-// beside the formula, and how many micro-batches each stage holds at once.
+// pp_sim: the pipeline schedules of llmc/parallel/pp_schedule.h built, checked (pp_validate.h)
+// and timed (pp_simulate.h) on paper, no model and no GPU: the lecture's timeline of each
+// schedule (pp_timeline.h), its simulated bubble beside the formula, and how many micro-batches
+// each stage holds at once.
 //   g++ -std=c++17 -O2 -x c++ -DLLMC_CPU pp_sim.cu -o pp_simcpu          (make pp_simcpu)
 //   ./pp_simcpu --schedule all --p 4 --m 8 --v 2
 //   ./pp_simcpu --schedule zb-h1 --p 4 --m 8 --lists      the action lists (sends, receives)
@@ -20,7 +21,8 @@
 // with one schedule it is an error (exit 1), as is a bad flag.
 #include "llmc/common.h"
 #include "llmc/train/flag_parser.h"
-#include "llmc/parallel/pp_schedule.h"
+#include "llmc/parallel/pp_validate.h"
+#include "llmc/parallel/pp_timeline.h"
 
 static void show(int kind, int p, int m, int v, PPCosts c, int lists) {
     PPSchedule s = pp_build(kind, p, m, v);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Lab: pipeline parallelism (llmc/parallel/pp.h, the schedules in llmc/parallel/pp_schedule.h).
+# Lab: pipeline parallelism (llmc/parallel/pp.h, the executor; the schedules: llmc/parallel/pp_1f1b.h,
+# pp_interleaved.h, pp_zbh1.h).
 #   Part 1: the bubble against the number of micro-batches m, for p = 2 and 4 stages and each
 #           schedule (GPipe, 1F1B, interleaved 1F1B with v chunks per stage, ZB-H1): the bubble
 #           measured on the stages' clocks (the trainer's "pp bubble | measured", 1 - busy /
 #           (p x the step's pipeline time), mean over steps 2..N), the one the simulator gets
-#           from the schedule with the measured F, B, W times, the lecture's formula
-#           ((p-1)/(m+p-1); (p-1)/(v m+p-1) interleaved; ZB-H1's from f, b, w), and the peak
-#           number of micro-batches in flight on stage 0 against the schedule's.
+#           from the schedule with the measured F, B, W times, the formula (the bubble's share
+#           of the step: (p-1)/(m+p-1); (p-1)/(v m+p-1) interleaved; ZB-H1's from f, b, w; the
+#           lecture divides the same idle time by the ideal time instead: (p-1)/m, (1/v)(p-1)/m),
+#           and the peak number of micro-batches in flight on stage 0 against the schedule's.
 #   Part 2: the activation memory of every stage for p = 4, m = 8 (Part 1's runs): one
 #           activation slot per micro-batch (and chunk) in flight, so GPipe holds m on every
 #           stage and 1F1B p - s on stage s.
@@ -100,7 +102,9 @@ echo "## Part 1: the bubble against m (micro-batches per step; the global batch 
 echo
 echo "Measured: 1 - busy / (p x the step's pipeline time), mean (min..max) over steps 2..$STEPS. Simulated: the"
 echo "schedule run with the measured mean F, B, W times. Formula: (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1),"
-echo "ZB-H1 (p-1)(f+b-w)/(m(f+b+w)+(p-1)(f+b-w)) for m >= p. In flight: stage 0's peak number of micro-batches"
+echo "ZB-H1 (p-1)(f+b-w)/(m(f+b+w)+(p-1)(f+b-w)) for m >= p: the bubble's share of the whole step. The lecture"
+echo "(Narayanan et al.) divides the same idle time by the ideal time instead: (p-1)/m, interleaved (1/v)(p-1)/m"
+echo "(p = 4, m = 8: 0.375 there, 0.273 here). In flight: stage 0's peak number of micro-batches"
 echo "(x chunks) whose activations it holds, against the schedule's."
 echo
 echo "| p | schedule | m | measured bubble | simulated (measured F/B/W) | formula | in flight, stage 0 | step ms |"
@@ -121,7 +125,7 @@ for p in $PS; do
             else
                 row="not available: $(why "$name") | | | |"
             fi
-            # ZB-H1's formula holds for m >= p only (pp_schedule.h): marked below it
+            # ZB-H1's formula holds for m >= p only (pp_zbh1.h): marked below it
             if [ "$sched" = zb-h1 ] && [ "$m" -lt "$p" ] && [ "${row#not available}" = "$row" ]; then
                 zb_note=1
                 row=$(echo "$row" | awk -F' [|] ' '{ $3 = $3 " *"; print }' OFS=' | ')

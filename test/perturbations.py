@@ -101,7 +101,7 @@ PERTURBATIONS = [
     ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_accounting.h", "stmt",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad, dp->psi_pad / dp->N);"),
-    ("the pipeline sends one micro-batch fewer", "llmc/parallel/pp.h", "stmt",
+    ("the pipeline sends one micro-batch fewer", "llmc/parallel/pp_accounting.h", "stmt",
      "return (uint64_t)pp->m * (fwd + bwd) * X * a;", "return (uint64_t)(pp->m - 1) * (fwd + bwd) * X * a;"),
     # test/test_zeropp.sh
     ("dequantise without the scale", "llmc/cpu/quantize.h", "stmt", "return (float)q * scale;", "return (float)q;"),

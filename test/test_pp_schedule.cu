@@ -1,11 +1,13 @@
 // The pipeline schedules of llmc/parallel/pp_schedule.h, on paper (host only, well under a
-// second): no model, no ranks, only the lists, the validator and the simulator.
+// second): no model, no ranks, only the lists, the validator (pp_validate.h) and the simulator
+// (pp_simulate.h).
 //   a) every schedule builds and validates (matched messages in order, no deadlock with
 //      rendezvous exchanges) for p in {1,2,3,4,8}, m in {1,2,3,4,8,16}, interleaved with v in
 //      {2,3,4}; pp_schedule_check refuses exactly interleaved's m % p != 0 and p = 1; in every
 //      exchange the sends come first.
-//   b) the simulated bubble equals the formula to 1e-9: gpipe and 1f1b (f,b,w = 1,2,0 and
-//      1,1,1), interleaved (1,2,0; m % p == 0), zb-h1 (1,1,1 and other costs with w <= min(f,b),
+//   b) the simulated bubble (the idle share of the step; the lecture's (p-1)/m divides the same
+//      idle time by the ideal time instead) equals the formula to 1e-9: gpipe and 1f1b
+//      (f,b,w = 1,2,0 and 1,1,1), interleaved (1,2,0; m % p == 0), zb-h1 (1,1,1 and other costs with w <= min(f,b),
 //      m >= p); zb-h1's bubble is below 1f1b's for every p >= 2, m; a message's latency is
 //      paid once per hop (p = 2, m = 1 by hand).
 //   c) peak in flight: gpipe m; 1f1b min(p-s, m); zb-h1 min(p, m) from F to W (1f1b's stage 0)
@@ -22,7 +24,7 @@
 #include <vector>
 #include <string>
 #include "../llmc/common.h"
-#include "../llmc/parallel/pp_schedule.h"
+#include "../llmc/parallel/pp_validate.h"
 
 static int failures = 0;
 static void report(const char* name, int ok, const std::string& detail) {
@@ -128,14 +130,14 @@ static void test_bubbles(void) {
         for (PPCosts c : {c120, c111}) {
             std::string where;
             double e = max_bubble_error(k, c, 0, &where);
-            std::string name = pp_fmt("b) %s bubble = (p-1)/(m+p-1), f b w = %g %g %g", pp_schedule_name(k), c.f, c.b, c.w);
+            std::string name = pp_fmt("b) %s bubble = (p-1)/(m+p-1) of the step [(p-1)/m of ideal], f b w = %g %g %g", pp_schedule_name(k), c.f, c.b, c.w);
             report(name.c_str(), e <= 1e-9, pp_fmt("max error %.1e; worst %s", e, where.c_str()));
         }
     }
     {
         std::string where;
         double e = max_bubble_error(PP_INTERLEAVED, c120, 0, &where);
-        report("b) interleaved bubble = (p-1)/(v m+p-1), f b w = 1 2 0", e <= 1e-9,
+        report("b) interleaved bubble = (p-1)/(v m+p-1) of the step [(p-1)/(v m) of ideal], f b w = 1 2 0", e <= 1e-9,
                pp_fmt("max error %.1e; worst %s", e, where.c_str()));
     }
     {

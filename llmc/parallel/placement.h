@@ -19,7 +19,7 @@
 #include "../common.h"
 #include "../model/params.h"
 #include "mesh.h"
-#include "pp.h"
+#include "pp_setup.h"
 
 // What the split needs beyond the mesh's sizes
 typedef struct {

@@ -37,6 +37,7 @@
 #include "../parallel/tp.h"
 #include "../parallel/tp_accounting.h"
 #include "../parallel/pp.h"
+#include "../parallel/pp_accounting.h"
 #include "../parallel/cp.h"
 #include "../parallel/ep.h"
 #include "machine.h"

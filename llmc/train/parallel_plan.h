@@ -36,6 +36,8 @@
 #include "../parallel/tp_accounting.h"
 #include "../parallel/tp_zero_bubble.h"
 #include "../parallel/pp.h"
+#include "../parallel/pp_setup.h"
+#include "../parallel/pp_accounting.h"
 #include "../parallel/cp.h"
 #include "../parallel/ep.h"
 #include "step.h"
