@@ -13,7 +13,8 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/attention.h"
-#include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
+#include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp_ring.h)
+#include "cpu/rows.h"              // and what it moves, fills and sums around them
 #include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/model/moe.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"
