@@ -300,7 +300,7 @@ test_gpt2cu: test/test_gpt2.cu $(CUDA_HEADERS) build/config/test_gpt2cu.flags
 build/config/test_gpt2cu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
 
 # every llmc/cuda kernel against llmc/cpu at awkward shapes (CI runs it under the emulator)
-test_cuda_kernelscu: test/test_cuda_kernels.cu $(CUDA_HEADERS) build/config/test_cuda_kernelscu.flags
+test_cuda_kernelscu: test/test_cuda_kernels.cu $(CUDA_HEADERS) dev/cuda/attention_materialized.cuh build/config/test_cuda_kernelscu.flags
 	$(cuda_prereqs)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
 build/config/test_cuda_kernelscu.flags: CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
