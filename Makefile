@@ -267,6 +267,8 @@ $(CUDA_TESTS): %cu: %.cu $(CUDA_HEADERS) build/config/%cu.flags
 	$(cuda_prereqs)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LIBS)
 $(call flags_of,$(CUDA_TESTS)): CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(CUDA_LIBS)
+# (test_cuda_kernelscu also checks the kernel lab's attention that stores P)
+test_cuda_kernelscu: dev/cuda/attention_materialized.cuh
 
 # make gpu-bundle: build/gpu-bundle/, everything the GPU check runs, built here without a GPU
 # (scripts/gpu_bundle.sh: GPU_ARCHS="80 90", NVCC_JOBS); on the GPU node: bash build/gpu-bundle/run.sh

@@ -14,7 +14,8 @@
 #include "cpu/matmul.h"
 #include "cpu/attention.h"
 #include "cpu/kv_cache.h"         // the KV-cache kernels of generation (llmc/model/generate.h)
-#include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp.h)
+#include "cpu/attention_block.h"   // the pieces of ring attention (llmc/parallel/cp_ring.h)
+#include "cpu/rows.h"              // and what it moves, fills and sums around them
 #include "cpu/moe.h"               // the pieces of the mixture-of-experts block (llmc/model/moe_block.h)
 #include "cpu/gelu.h"
 #include "cpu/residual.h"

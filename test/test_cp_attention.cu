@@ -160,9 +160,10 @@ static void test_case(CPAlgo algo, int zigzag, int T, int B, int C, int NH, floa
         cp_a2a_forward(&cp, &at, out.data(), state.data(), qkv_mine.data(), C, NH);
         cp_a2a_backward(&cp, &at, dqkv.data(), dout_mine.data(), qkv_mine.data(), state.data(), C, NH);
     } else {
-        cp_merge_forward(&cp, &at, out.data(), state.data(), qkv_mine.data(), C, NH);
+        (algo == CP_RING ? cp_ring_forward : cp_allgather_forward)(&cp, &at, out.data(), state.data(), qkv_mine.data(), C, NH);
         double fwd_pairs = cp.pairs_step;
-        cp_merge_backward(&cp, &at, dqkv.data(), dout_mine.data(), qkv_mine.data(), state.data(), C, NH);
+        (algo == CP_RING ? cp_ring_backward : cp_allgather_backward)(&cp, &at, dqkv.data(), dout_mine.data(), qkv_mine.data(),
+                                                                     state.data(), C, NH);
         if (shift == 0) {   // the pairs each rank's forward counted are the ones cp_rank_pairs says it computes
             std::vector<double> counted(cp.cp);
             MPI_Allgather(&fwd_pairs, 1, MPI_DOUBLE, counted.data(), 1, MPI_DOUBLE, W.mpi);

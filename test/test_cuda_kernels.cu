@@ -47,6 +47,7 @@ int main() {
 #include <algorithm>
 #include <omp.h>
 #include "../llmc/cuda/backend.cuh"
+#include "../dev/cuda/attention_materialized.cuh"   // the kernel lab's attention that stores P
 // the CPU reference kernels have the CUDA kernels' names: cpu::x is the reference
 namespace cpu {
 #include "../llmc/cpu/encoder.h"

@@ -11,8 +11,8 @@
 // Versions (no float atomics anywhere: every output element is summed by one thread, in order):
 //   1  naive, materialising: a thread per row of dS (dP = dO.v, rowsum, dS), then a thread per
 //      element of dinp summing over keys (dq) or over queries (dk, dv)
-//   2  llmc/cuda materialising version: the same split, with a warp per row of dS
-//   3  llmc/cuda flash version on CUDA cores (attention_backward_flash; the fp32 build's and
+//   2  materialising (attention_materialized.cuh): the same split, with a warp per row of dS
+//   3  llmc/cuda flash version on CUDA cores (attention_flash.cuh; the fp32 build's and
 //      the fallback's kernel): P recomputed from lse tile by tile in shared memory; D = dO.O
 //      by a re-run of the forward; one kernel for dK,dV (a thread per key), one for dQ (a
 //      thread per query)
@@ -30,7 +30,8 @@
 // v4's fallback to the CUDA-core kernels); benchmark (GPU only) at C=128 NH=2.
 //
 // ./attention_backward [version] [--small]
-#include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 2 and 3)
+#include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 3 and 4)
+#include "attention_materialized.cuh"      // version 2
 #include "common.h"
 namespace cpu {
 #include "../../llmc/cpu/attention.h"

@@ -12,16 +12,16 @@
 //   1  naive, materialising, three kernels: a thread per score (B*NH*T*T threads), a thread
 //      per softmax row, a thread per output element (sums P v over t2). Every q, k, v value is
 //      re-read from global memory by thousands of threads.
-//   2  llmc/cuda materialising version: one warp per query row does scores, softmax and PV
-//      (warp-shuffle reductions, no separate launches, P written once)
-//   3  llmc/cuda flash version on CUDA cores (attention_forward_flash; the fp32 build's and
+//   2  materialising, one warp per query row (attention_materialized.cuh): scores, softmax
+//      and PV (warp-shuffle reductions, no separate launches, P written once)
+//   3  llmc/cuda flash version on CUDA cores (attention_flash.cuh; the fp32 build's and
 //      the fallback's kernel): a block owns 64 queries, one per thread; keys and values stream
 //      through shared memory in tiles; online softmax keeps a running max and sum, rescaling
 //      the partial output when the max grows; no T x T matrix at all.
 //   4  llmc/cuda flash version on tensor cores (what the model calls: attention_forward; in
 //      the fp32 build it falls back to version 3): 4 warps x 16 queries per block, S = Q K^T
 //      and O += P V with mma.sync m16n8k16 (bf16 in, fp32 accumulate), P kept in registers
-//      between the two, online softmax in fp32 (llmc/cuda/attention.cuh, section 3).
+//      between the two, online softmax in fp32 (llmc/cuda/attention_flash_tc.cuh).
 //
 // Tolerances: out (bf16) |err| <= 1e-2 + 1e-2|ref|; P (fp32) |err| <= 1e-5 + 1e-3|ref|;
 // lse (fp32) |err| <= 1e-4 + 1e-4|ref|. fp32 build: out 1e-4 + 1e-4|ref|.
@@ -32,7 +32,8 @@
 // v4's fallback to the CUDA-core kernel); benchmark (GPU only) at C=128 NH=2.
 //
 // ./attention_forward [version] [--small]
-#include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 2 and 3)
+#include "../../llmc/cuda/backend.cuh"   // the production kernels (versions 3 and 4)
+#include "attention_materialized.cuh"      // version 2
 #include "common.h"
 namespace cpu {
 #include "../../llmc/cpu/attention.h"

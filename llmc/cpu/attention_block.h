@@ -1,5 +1,5 @@
 // Attention of one block of queries against one block of keys, the pieces of ring attention
-// (context parallelism, llmc/parallel/cp.h): each rank holds some query rows and sees the keys
+// (context parallelism, llmc/parallel/cp_ring.h): each rank holds some query rows and sees the keys
 // and values one block at a time; it combines the partial results with the online-softmax
 // merge, then in the backward revisits the same blocks with the final lse.
 //
@@ -11,10 +11,8 @@
 //
 //   forward, per (b, h, i) over the visible keys j < nk (none visible: lse = -inf, o = 0):
 //     s_j = scale q_i . k_j,   lse_i = log sum_j exp(s_j),   o_i = sum_j exp(s_j - lse_i) v_j
-//   merge of a partial (o, lse) into an accumulator (oa, la), per (b, h, i):
-//     m = max(la, lb);  wa = exp(la - m), wb = exp(lb - m);
-//     oa = (wa oa + wb o) / (wa + wb),  la = m + log(wa + wb)
-//     Merging the blocks of all the keys, in any order, from (0, -inf) gives full attention.
+//   merge of a partial (o, lse) into an accumulator (oa, la), per (b, h, i): cp_ring.h's rule;
+//     merging the blocks of all the keys, in any order, from (0, -inf) gives full attention.
 //   backward, with the FINAL lse and delta_i = dout_i . o_i of the query rows (any block):
 //     P_ij = exp(s_ij - lse_i) (0 where not visible),  dP_ij = dout_i . v_j,
 //     dS_ij = P_ij (dP_ij - delta_i),
@@ -30,11 +28,8 @@
 // CUDA test include this file as its reference, inside namespace cpu).
 #pragma once
 
-#include "round.h"   // floatx_round: outputs stored in the --precision format
-
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 // the last key row j of the block that query row i sees (-1: none): k_pos + j <= q_pos + i, j < nk
 static inline int attention_block_last_key(int i, int nk, int q_pos, int k_pos) {
@@ -176,35 +171,4 @@ static inline void attention_block_backward(float* dq, int dq_seq, float* dk, fl
         }
         free(dqi);
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Moving rows between the layouts (the ring's send buffers, the caller's q | k | v rows).
-// dst(b, i, c) = src(b, i, c) for b < B, i < rows, c < width.
-static inline void copy_rows(float* dst, int dst_seq, int dst_ld, const float* src, int src_seq, int src_ld,
-                             int B, int rows, int width) {
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int i = 0; i < rows; i++) {
-            memcpy(dst + ((size_t)b * dst_seq + i) * dst_ld, src + ((size_t)b * src_seq + i) * src_ld,
-                   (size_t)width * sizeof(float));
-        }
-    }
-}
-// the same from fp32 to floatX (on the CPU both are float: a copy, rounded under --precision)
-static inline void store_rows(float* dst, int dst_seq, int dst_ld, const float* src, int src_seq, int src_ld,
-                              int B, int rows, int width) {
-    copy_rows(dst, dst_seq, dst_ld, src, src_seq, src_ld, B, rows, width);
-    for (int b = 0; b < B; b++) {
-        for (int i = 0; i < rows; i++) { floatx_round(dst + ((size_t)b * dst_seq + i) * dst_ld, (size_t)width, ROUND_ACT); }
-    }
-}
-// dst[i] += src[i]
-static inline void add_floats(float* dst, const float* src, size_t n) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) { dst[i] += src[i]; }
-}
-static inline void fill_floats(float* p, float value, size_t n) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) { p[i] = value; }
 }

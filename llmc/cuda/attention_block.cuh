@@ -1,11 +1,11 @@
-// The pieces of ring attention (context parallelism, llmc/parallel/cp.h) on the GPU: the
+// The pieces of ring attention (context parallelism, llmc/parallel/cp_ring.h) on the GPU: the
 // attention of one block of queries against one block of keys at GLOBAL positions, the
 // online-softmax merge of partial results, delta = dO . O, the backward of one block pair.
 // The math, the row layout (pointer, seq, ld) and the causal rule by position
 // (query i at q_pos + i sees key j at k_pos + j iff k_pos + j <= q_pos + i) are in
 // llmc/cpu/attention_block.h. q, k, v, dout are floatX; o, lse, delta and the gradients fp32.
 //
-// All math is fp32 on CUDA cores, laid out like attention.cuh's version 2 (flash on CUDA cores):
+// All math is fp32 on CUDA cores, laid out like attention_flash.cuh (flash on CUDA cores):
 //   forward: grid (ceil(nq / 64), B * NH), a block owns 64 query rows of one (b, h), one thread
 //     per row, its q (times scale) in shared memory; keys and values stream through shared
 //     memory 32 at a time, and each thread keeps the online-softmax state (running max m,
@@ -22,7 +22,6 @@
 //     Each thread sums its own outputs in a fixed order and adds them (+=) to the fp32
 //     gradient once: deterministic.
 // Head sizes 16, 32, 64 and 128 (templated: the per-row vectors live in registers).
-// copy_rows, store_rows, add_floats, fill_floats: elementwise grid-stride kernels.
 #pragma once
 
 #include "common.cuh"
@@ -355,67 +354,4 @@ static inline void attention_block_backward(float* dq, int dq_seq, float* dk, fl
         default: attention_block_launch_backward<128>(dq, dq_seq, dk, dv, dkv_seq, dkv_ld, dout, dout_seq, lse, delta, lse_seq,
                                                       q, q_seq, q_ld, k, v, kv_seq, kv_ld, B, nq, nk, NH, q_pos, k_pos); break;
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// rows between layouts; fp32 buffers. dst(b, i, c) = src(b, i, c), b < B, i < rows, c < width.
-
-__global__ void copy_rows_kernel(floatX* dst, int dst_seq, int dst_ld, const floatX* src, int src_seq, int src_ld,
-                                 int B, int rows, int width) {
-    size_t total = (size_t)B * rows * width;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)(idx % width);
-        size_t r = idx / width;
-        int i = (int)(r % rows), b = (int)(r / rows);
-        dst[((size_t)b * dst_seq + i) * dst_ld + c] = src[((size_t)b * src_seq + i) * src_ld + c];
-    }
-}
-static inline void copy_rows(floatX* dst, int dst_seq, int dst_ld, const floatX* src, int src_seq, int src_ld,
-                             int B, int rows, int width) {
-    size_t total = (size_t)(B > 0 ? B : 0) * (rows > 0 ? rows : 0) * (width > 0 ? width : 0);
-    if (total == 0) { return; }
-    copy_rows_kernel<<<grid_for(total, 256), 256>>>(dst, dst_seq, dst_ld, src, src_seq, src_ld, B, rows, width);
-    cudaCheckLaunch();
-}
-
-// the same, fp32 -> floatX (round to nearest even)
-__global__ void store_rows_kernel(floatX* dst, int dst_seq, int dst_ld, const float* src, int src_seq, int src_ld,
-                                  int B, int rows, int width) {
-    size_t total = (size_t)B * rows * width;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)(idx % width);
-        size_t r = idx / width;
-        int i = (int)(r % rows), b = (int)(r / rows);
-        dst[((size_t)b * dst_seq + i) * dst_ld + c] = from_float(src[((size_t)b * src_seq + i) * src_ld + c]);
-    }
-}
-static inline void store_rows(floatX* dst, int dst_seq, int dst_ld, const float* src, int src_seq, int src_ld,
-                              int B, int rows, int width) {
-    size_t total = (size_t)(B > 0 ? B : 0) * (rows > 0 ? rows : 0) * (width > 0 ? width : 0);
-    if (total == 0) { return; }
-    store_rows_kernel<<<grid_for(total, 256), 256>>>(dst, dst_seq, dst_ld, src, src_seq, src_ld, B, rows, width);
-    cudaCheckLaunch();
-}
-
-__global__ void add_floats_kernel(float* dst, const float* src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        dst[i] += src[i];
-    }
-}
-// dst[i] += src[i]
-static inline void add_floats(float* dst, const float* src, size_t n) {
-    if (n == 0) { return; }
-    add_floats_kernel<<<grid_for(n, 256), 256>>>(dst, src, n);
-    cudaCheckLaunch();
-}
-
-__global__ void fill_floats_kernel(float* p, float value, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        p[i] = value;
-    }
-}
-static inline void fill_floats(float* p, float value, size_t n) {
-    if (n == 0) { return; }
-    fill_floats_kernel<<<grid_for(n, 256), 256>>>(p, value, n);
-    cudaCheckLaunch();
 }

@@ -15,7 +15,8 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "attention.cuh"
-#include "attention_block.cuh"   // the pieces of ring attention (llmc/parallel/cp.h)
+#include "attention_block.cuh"   // the pieces of ring attention (llmc/parallel/cp_ring.h)
+#include "rows.cuh"              // and what it moves, fills and sums around them
 #include "moe.cuh"               // the pieces of the mixture-of-experts block (llmc/model/moe_block.h)
 #include "gelu.cuh"
 #include "residual.cuh"

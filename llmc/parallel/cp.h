@@ -1,63 +1,34 @@
-// Context parallelism (the lecture "LLM Pre-training and Beyond", "CP ~ Ring Attention";
-// Megatron's context parallel, Liu et al.
-// 2023 "Ring Attention"): the sequence is split over the cp ranks, each holds T/cp tokens of every
-// sequence of the micro-batch, in every activation. Everything but attention works token by
-// token and needs nothing from the other ranks; attention needs, for each query, every earlier
-// key and value. Three ways to get them (--cp-algo), all exact:
+// Context parallelism (the lecture "LLM Pre-training and Beyond", slides "Context Parallelism,
+// CP" and "Transformer Layer with TP+CP"; Megatron-Core's context parallel): the sequence is
+// split over the cp ranks, each holds T/cp tokens of every sequence of the micro-batch, in every
+// activation. Everything but attention works token by token and needs nothing from the other
+// ranks; attention needs, for each query, every earlier key and value. Three ways to get them
+// (--cp-algo), all exact, each the model's attention op:
 //
-//   ring       the key/value blocks travel around the cp ring, one neighbour exchange per step,
-//              overlapped with the attention on the block in hand (cp = 4, rank r, step j holds
-//              the block of rank r - j):
-//                  step 0       step 1       step 2       step 3
-//              r0  Q0.KV0       Q0.KV3       Q0.KV2       Q0.KV1        every rank sends its block
-//              r1  Q1.KV1       Q1.KV0       Q1.KV3       Q1.KV2        to r+1 and receives from
-//              r2  Q2.KV2       Q2.KV1       Q2.KV0       Q2.KV3        r-1 while it computes
-//              r3  Q3.KV3       Q3.KV2       Q3.KV1       Q3.KV0
-//   allgather  all-gather every rank's keys and values first, then the same blocks without
-//              waiting (Llama 3's choice: simple, the whole sequence's K, V in memory)
-//   alltoall   DeepSpeed-Ulysses: an all-to-all turns "T/cp tokens, all heads" into "all T tokens,
-//              NH/cp heads", plain attention per head, and an all-to-all back
+//   ring       cp_ring.h: the slide "CP ~ Ring Attention" (Liu et al. 2023). Key/value blocks
+//              travel the ring, one neighbour exchange per step, behind the attention on the
+//              block in hand; the partial results merge by online softmax. Start there: it
+//              opens with the picture, the zigzag split, the merge and the cost.
+//   allgather  cp_allgather.h: the drawing "Transformer Layer with TP+CP" (AG of K,V before
+//              attention, RS of their gradients after; Llama 3's choice): the same blocks,
+//              gathered first.
+//   alltoall   cp_ulysses.h: DeepSpeed-Ulysses (Jacobs et al. 2023, not on the slides): two
+//              all-to-alls turn "T/cp tokens, all heads" into "all T tokens, NH/cp heads" and back.
 //
-// The merge (ring, allgather): attention over the keys of block a gives, per query row and head,
-// the normalised output O_a and lse_a = log sum_j exp(s_j) over the block's visible keys; two
-// blocks combine exactly (the online softmax's rule, in log-sum-exp form):
-//   m = max(lse_a, lse_b),  w_a = exp(lse_a - m),  w_b = exp(lse_b - m)        (the max correction)
-//   O = (w_a O_a + w_b O_b) / (w_a + w_b),   lse = m + log(w_a + w_b)
-// Backward, with the final O and lse saved: D_i = dO_i . O_i, P_ij = exp(s_ij - lse_i),
-//   dS_ij = P_ij (dO_i . v_j - D_i),  dQ_i = scale sum_j dS_ij k_j,  dK_j = scale sum_i dS_ij q_i,
-//   dV_j = sum_i P_ij dO_i  -- block by block; the key/value gradients of a block travel the ring
-//   behind the block and reach its owner after cp - 1 hops (allgather: one reduce-scatter).
+// The step is wrapped: each micro-batch (B x T tokens from the task) becomes this rank's B x T/cp
+// tokens, at their global positions (the embedding reads this rank's, model->positions), and
+// dloss is multiplied by cp, so each rank's loss is the mean over its own tokens and the average
+// over the dp x cp group (llmc/parallel/mesh.h's dp_cp, the group data parallelism reduces over)
+// is the mean over all tokens, as Megatron averages over its data-and-context group.
 //
-// Causal mask and load balance: query i sees key j when pos(j) <= pos(i), with global positions.
-// A block entirely in the future is skipped. With the plain split (rank r: tokens [r T/cp,
-// (r+1) T/cp)) rank r computes r full blocks and one half: the last rank does ~2cp - 1 times the
-// first's work. The zigzag split cuts the sequence into 2cp chunks and gives rank r chunks r and
-// 2cp-1-r: every rank then computes 2cp-1 full chunk pairs and two halves, the same work.
-//
-//        chunks   0  1  2  3  4  5  6  7           (cp = 4, zigzag)
-//        rank     0  1  2  3  3  2  1  0
-//
-// Cost per layer and micro-batch, per rank, E = B (T/cp) C/tp elements, a = sizeof(floatX):
-//   ring       forward (cp-1) 2E a             backward (cp-1) 2E a + (cp-1) 2E 4  (dK, dV in fp32)
-//   allgather  forward (cp-1) 2E a (ring)      backward (cp-1) 2E a + (cp-1) 2E 4  (gather again, reduce-scatter)
-//   alltoall   forward (cp-1)/cp 4E a          backward (cp-1)/cp 4E a             (q, k, v in; out back)
-// Memory: activations are divided by cp (T/cp tokens). The attention keeps per layer O in fp32
-// and lse (ring, allgather), or the gathered q, k, v of its heads and the kernel's state
-// (alltoall). Scratch: ring two K,V blocks and four fp32 dK,dV blocks; allgather the whole
-// sequence's K, V and their fp32 gradients; alltoall the send and receive buffers.
-//
-// Positions are global (the embedding reads this rank's, model->positions). The step is wrapped:
-// each micro-batch (B x T tokens from the task) becomes this rank's B x T/cp tokens, and dloss is
-// multiplied by cp, so each rank's loss is the mean over its own tokens and the average over the
-// dp x cp group (llmc/parallel/mesh.h's dp_cp, the group data parallelism reduces over) is the
-// mean over all tokens, as Megatron averages over its data-and-context group.
-//
-// Files: cp_core.h (state, splits, communication), cp_ring.h (ring and allgather), cp_ulysses.h
-// (alltoall), this one (the op in the model, the step, what the trainer prints).
+// Files: cp_core.h (what a rank holds, the split), cp_comm.h (the cp group's calls), the three
+// ops above, cp_accounting.h (work, bytes, memory, what the trainer prints), this one (the op
+// in the model, the step wrapped, the scratch).
 #pragma once
 
-#include "cp_ring.h"
+#include "cp_allgather.h"
 #include "cp_ulysses.h"
+#include "cp_accounting.h"
 
 // floats of state per layer (B sequences of this rank's Tl tokens, C channels, NH heads: local to tp)
 static inline size_t cp_state_size(void* ctx, int B, int T, int C, int NH) {
@@ -131,7 +102,85 @@ static inline GPT2Step cp_step(ContextParallel* cp, GPT2Step inner) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Set-up: the attention op, the positions, the activations again (the op's state size), scratch
+// The split alone (rank `rank` of p), no communicator, no memory: what the formulas read; the
+// planner (llmc/planner/cost_model.h) stops here
+static inline void cp_shape(ContextParallel* cp, int p, int rank, CPAlgo algo, int zigzag, int T) {
+    cp->comm = NULL;
+    cp->cp = p;
+    cp->rank = rank;
+    cp->algo = algo;
+    cp->zigzag = zigzag;
+    cp->use_ring = 1;
+    cp->model = NULL;
+    cp->positions = NULL;
+    cp->T = T;
+    cp->Tl = T / cp->cp;
+    cp->nseg = zigzag ? 2 : 1;
+    cp->L = cp->Tl / cp->nseg;
+}
+
+// The group, the split and the scratch for micro-batches of up to B sequences, attention of C
+// channels and NH heads on this rank (tp's share): what the op needs (test/test_cp_attention.cu
+// drives the op with this alone).
+static inline void cp_setup(ContextParallel* cp, Comm* comm, CPAlgo algo, int zigzag, int T, int B, int C, int NH, int use_ring) {
+    cp_shape(cp, comm->size, comm->rank, algo, zigzag, T);
+    cp->comm = comm;
+    cp->use_ring = use_ring;
+    int Tl = cp->Tl;
+    size_t E = (size_t)B * Tl * C, lseN = (size_t)B * NH * Tl;
+    struct Buf { void** ptr; size_t bytes; };
+    std::vector<Buf> bufs;
+    memset(cp->kv, 0, sizeof(cp->kv));
+    memset(cp->dkv, 0, sizeof(cp->dkv));
+    memset(cp->a2a, 0, sizeof(cp->a2a));
+    cp->kv_all = NULL;
+    cp->dkv_all = NULL;
+    cp->o_part = cp->lse_part = cp->delta = cp->dq = NULL;
+    if (algo == CP_ALLTOALL) {
+        for (int i = 0; i < 4; i++) { bufs.push_back({(void**)&cp->a2a[i], 3 * E * sizeof(floatX)}); }
+    } else {
+        bufs.push_back({(void**)&cp->kv[0], 2 * E * sizeof(floatX)});
+        bufs.push_back({(void**)&cp->o_part, E * sizeof(float)});
+        bufs.push_back({(void**)&cp->lse_part, lseN * sizeof(float)});
+        bufs.push_back({(void**)&cp->delta, lseN * sizeof(float)});
+        bufs.push_back({(void**)&cp->dq, E * sizeof(float)});
+        bufs.push_back({(void**)&cp->dkv[0], 2 * E * sizeof(float)});
+        if (algo == CP_RING) {
+            bufs.push_back({(void**)&cp->kv[1], 2 * E * sizeof(floatX)});
+            for (int i = 1; i < 4; i++) { bufs.push_back({(void**)&cp->dkv[i], 2 * E * sizeof(float)}); }
+        } else {
+            bufs.push_back({(void**)&cp->kv_all, cp->cp * 2 * E * sizeof(floatX)});
+            bufs.push_back({(void**)&cp->dkv_all, cp->cp * 2 * E * sizeof(float)});
+        }
+    }
+    size_t total = 0;
+    for (const Buf& b : bufs) { total += ceil_div(b.bytes, 64) * 64; }
+    cp->scratch = device_malloc(total);
+    cp->scratch_bytes = total;
+    char* p = (char*)cp->scratch;
+    for (const Buf& b : bufs) { *b.ptr = p; p += ceil_div(b.bytes, 64) * 64; }
+    cp->ready = backend_event_create();
+    cp->seconds = 0.0;
+    cp->calls = 0;
+    cp->pairs = cp->pairs_step = 0.0;
+    cp->step_bytes_start = comm->bytes_sent;
+}
+
+static inline void cp_free(ContextParallel* cp) {
+    device_free(cp->scratch);
+    if (cp->positions) { device_free(cp->positions); }
+    backend_event_destroy(cp->ready);
+    if (cp->model) { cp->model->positions = NULL; }
+}
+
+// ---------------------------------------------------------------------------------------
+// Set-up: the attention op, the positions, the activations again (the op's state size)
+
+static inline CPAlgo cp_algo_parse(const char* s) {
+    for (int a = 0; a < 3; a++) { if (strcmp(s, CP_ALGO_NAMES[a]) == 0) { return (CPAlgo)a; } }
+    die("--cp-algo must be ring, allgather or alltoall, got '%s'", s);
+    return CP_RING;
+}
 
 static inline void cp_check(const GPT2* model, int cp, CPAlgo algo, int zigzag, int T) {
     int parts = zigzag ? 2 * cp : cp, NH = model->config.num_heads / model->place.tp;
@@ -149,8 +198,16 @@ static inline void cp_check(const GPT2* model, int cp, CPAlgo algo, int zigzag, 
 static inline void cp_install_op(ContextParallel* cp, GPT2* model) {
     model->ops.attention.ctx = cp;
     model->ops.attention.state_size = cp_state_size;
-    model->ops.attention.forward = cp->algo == CP_ALLTOALL ? cp_a2a_forward : cp_merge_forward;
-    model->ops.attention.backward = cp->algo == CP_ALLTOALL ? cp_a2a_backward : cp_merge_backward;
+    if (cp->algo == CP_RING) {
+        model->ops.attention.forward = cp_ring_forward;
+        model->ops.attention.backward = cp_ring_backward;
+    } else if (cp->algo == CP_ALLGATHER) {
+        model->ops.attention.forward = cp_allgather_forward;
+        model->ops.attention.backward = cp_allgather_backward;
+    } else {
+        model->ops.attention.forward = cp_a2a_forward;
+        model->ops.attention.backward = cp_a2a_backward;
+    }
 }
 
 // The op installed in the model: its positions, its attention entry, the activations again (the
@@ -174,80 +231,4 @@ static inline void cp_init(ContextParallel* cp, GPT2* model, Comm* comm, CPAlgo 
     model->positions = cp->positions;
     cp_install_op(cp, model);
     gpt2_allocate_activations_slots(model, model->max_B, model->max_T, model->num_slots);
-}
-
-// ---------------------------------------------------------------------------------------
-// What it prints: the split, the work per rank, memory, and each step's bytes against the formula
-
-// bytes this rank sends per layer and micro-batch of B sequences (the header's table), attention
-// of C channels on this rank (tp's share); without a model (test/test_cp_attention.cu)
-static inline uint64_t cp_formula_layer_bytes_for(const ContextParallel* cp, int B, int C) {
-    uint64_t E = (uint64_t)B * cp->Tl * C, a = sizeof(floatX), p = cp->cp;
-    // --recompute reruns the attention's forward (no model: the op alone, as test_cp_attention runs it)
-    uint64_t again = cp->model && cp->model->recompute != RECOMPUTE_NONE ? 1 : 0;
-    if (cp->algo == CP_ALLTOALL) { return (2 + again) * (p - 1) * (4 * E / p) * a; }   // forward + backward
-    return (p - 1) * 2 * E * a * (2 + again) + (p - 1) * 2 * E * 4;
-}
-static inline uint64_t cp_formula_layer_bytes(const ContextParallel* cp, int B) {
-    return cp_formula_layer_bytes_for(cp, B, gpt2_local_attn(cp->model));
-}
-// a step: every layer of this rank (its pipeline stage's), every micro-batch
-static inline uint64_t cp_formula_bytes(const ContextParallel* cp, int micro, int B) {
-    return cp_formula_layer_bytes(cp, B) * gpt2_local_layers(cp->model) * micro;
-}
-
-static inline void cp_step_begin(ContextParallel* cp) {
-    cp->step_bytes_start = cp->comm->bytes_sent;
-    cp->seconds = 0.0;
-    cp->calls = 0;
-    cp->pairs_step = 0.0;
-}
-
-static inline void cp_print_plan(const ContextParallel* cp) {
-    const GPT2* m = cp->model;
-    printf("context parallel cp %d, %s split, %s attention: %d of %d tokens per sequence on each rank", cp->cp,
-           cp->zigzag ? "zigzag" : "plain", CP_ALGO_NAMES[cp->algo], cp->Tl, cp->T);
-    if (cp->zigzag) { printf(" (chunks r and %d-r of %d tokens)\n", 2 * cp->cp - 1, cp->L); }
-    else { printf(" (block r of %d tokens)\n", cp->L); }
-    // the attention work of every rank, per layer, sequence and head: (query, key) pairs
-    std::vector<double> pairs(cp->cp);
-    for (int r = 0; r < cp->cp; r++) { pairs[r] = cp_rank_pairs(cp, r); }
-    if (cp->algo == CP_ALLTOALL) {   // whole sequences, NH/cp heads: T(T+1)/2 / cp per model head
-        for (int r = 0; r < cp->cp; r++) { pairs[r] = (double)cp->T * (cp->T + 1) / 2 / cp->cp; }
-    }
-    double lo = *std::min_element(pairs.begin(), pairs.end()), hi = *std::max_element(pairs.begin(), pairs.end());
-    int hs = m->config.channels / m->config.num_heads;
-    printf("  attention work per rank  (query, key) pairs per layer, sequence and head:");
-    for (int r = 0; r < cp->cp; r++) { printf(" r%d %.0f", r, pairs[r]); }
-    printf("  | max/min %.3f | forward %.3f MFLOP per layer (4 hs pairs NH B, rank 0)\n", hi / lo,
-           4.0 * hs * pairs[0] * gpt2_local_heads(m) * m->max_B * 1e-6);
-    printf("  cp comm      %s on the cp group; formula per layer and micro-batch %.3f MiB (%s)\n",
-           cp->algo == CP_RING ? "ring exchanges (bytes counted)"
-                               : (cp->use_ring ? "our collectives (bytes counted)" : "native collectives (bytes not counted)"),
-           cp_formula_layer_bytes(cp, m->max_B) / 1048576.0,
-           cp->algo == CP_ALLTOALL ? "2 (cp-1)/cp 4E a" : "(cp-1) (2E a fwd + 2E a + 2E 4 bwd)");
-}
-
-static inline void cp_print_memory(const ContextParallel* cp) {
-    const GPT2* m = cp->model;
-    size_t state = gpt2_attention_state_size(m, m->max_B, m->max_T) * sizeof(float) * gpt2_slot_layers(m) * m->num_slots;
-    printf("  cp memory    activations %.3f MiB for %d tokens per sequence (of which attention state %.3f MiB), "
-           "cp scratch %.3f MiB\n", m->acts_requested / 1048576.0, cp->Tl, state / 1048576.0, cp->scratch_bytes / 1048576.0);
-}
-
-// the line under each step's line; every rank of the group checks the bytes, rank 0 prints
-static inline void cp_report_step(ContextParallel* cp, int micro, int B) {
-    uint64_t sent = cp->comm->bytes_sent - cp->step_bytes_start, want = cp_formula_bytes(cp, micro, B);
-    int counted = cp->algo == CP_RING || cp->use_ring;
-    std::vector<double> pairs(cp->cp);
-    MPI_Allgather(&cp->pairs_step, 1, MPI_DOUBLE, pairs.data(), 1, MPI_DOUBLE, cp->comm->mpi);
-    double lo = *std::min_element(pairs.begin(), pairs.end()), hi = *std::max_element(pairs.begin(), pairs.end());
-    if (counted) {
-        printf("  cp comm | sent %9.3f MiB by this rank (formula %9.3f MiB, %s) | %d calls, %.1f ms not hidden", sent / 1048576.0,
-               want / 1048576.0, sent == want ? "equal" : "DIFFERENT", cp->calls, cp->seconds * 1e3);
-    } else {
-        printf("  cp comm | native: bytes not counted (formula %9.3f MiB) | %d calls, %.1f ms", want / 1048576.0, cp->calls,
-               cp->seconds * 1e3);
-    }
-    printf(" | attention pairs per rank max/min %.3f\n", lo > 0 ? hi / lo : 0.0);
 }

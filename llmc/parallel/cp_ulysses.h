@@ -1,10 +1,14 @@
-// DeepSpeed-Ulysses (--cp-algo alltoall; Jacobs et al. 2023): around the attention, an
+// DeepSpeed-Ulysses (--cp-algo alltoall; Jacobs et al. 2023, "DeepSpeed Ulysses"; not on the
+// lecture's slides, which draw the ring and the all-gather): around the attention, an
 // all-to-all turns "T/cp tokens of every head" into "every token of NH/cp heads", the plain
 // attention kernel runs on whole sequences, and an all-to-all turns the output back. The
 // backward is the same with dO in and dq, dk, dv back. Needs NH (per tp rank) divisible by cp.
+//
+//     rank r:  q,k,v (T/cp tokens, NH heads) --all-to-all--> q,k,v (T tokens, NH/cp heads: group r)
+//              attention per head --> out (T, NH/cp) --all-to-all--> out (T/cp tokens, NH heads)
 #pragma once
 
-#include "cp_core.h"
+#include "cp_comm.h"
 
 // ---------------------------------------------------------------------------------------
 // All-to-all (DeepSpeed-Ulysses). This rank's heads during attention: group g = rank, NH/cp
