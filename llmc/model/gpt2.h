@@ -396,7 +396,7 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
         adamw_update(model->params_memory + p->offset, model->master_memory ? model->master_memory + p->offset : NULL,
                      model->grads_memory + p->offset, model->m_memory + p->offset, model->v_memory + p->offset, p->numel,
                      lr, beta1, beta2, eps, p->decay ? weight_decay : 0.0f, model->step, grad_scale,
-                     (unsigned int)(model->step * 1000003u + i));   // i: the tensor's stochastic-rounding seed
+                     (unsigned int)(model->step * 1000003u + i));   // stochastic rounding's seed: step and tensor
     }
     return norm;
 }
