@@ -1,13 +1,13 @@
 // Model checkpoints in llm.c's format, so GPT-2 weights exported by llm.c's scripts load as
 // they are:
 //   header: 256 int32 = [20240326, version, maxT, V, L, NH, C, Vp, 0...]
-//   then every parameter in the table's order (llmc/model/gpt2.h), version 3 = fp32, 5 = bf16.
+//   then every parameter in the table's order (llmc/model/params.h), version 3 = fp32, 5 = bf16.
 // We always write version 3 (fp32); we read 3 and 5. A mixture-of-experts model (llmc/model/moe_block.h)
 // has no place in llm.c's format, so it gets a version of its own (doc/expert-parallel.md):
 //   version 10 = MoE, fp32: header[8..12] = E, k, N (every N-th block), the capacity factor and
 //   the aux coefficient (float32 bits); then the 21 tensors of the table (llmc/model/params.h), the
 //   dense MLP's over the dense blocks only. A dense model is always written as version 3. The file is always the whole model: a rank
-// that holds a shard (llmc/model/params.h) keeps its slice when loading and is gathered when saving. Saving goes through "<path>.tmp" and a
+// that holds a shard (llmc/model/params_shard.h) keeps its slice when loading and is gathered when saving. Saving goes through "<path>.tmp" and a
 // rename, so a crash mid-save never leaves a truncated file under the real name.
 #pragma once
 

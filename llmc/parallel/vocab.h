@@ -1,7 +1,7 @@
 // Vocabulary parallelism (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy):
 // wte (Vp x C) is split by rows, rank t holding tokens [t Vs, (t+1) Vs) with Vs = Vp/tp (the
 // padded vocabulary, so every rank gets an equal share; the padding rows are zero and never a
-// target). Where tp does not divide Vp, Vs is larger (llmc/model/params.h: tp_vocab_rows; 320 rows
+// target). Where tp does not divide Vp, Vs is larger (llmc/model/params_shard.h: tp_vocab_rows; 320 rows
 // over tp 3: 3 x 128): the run computes with tp Vs rows, those past Vp zero like the rest of
 // the padding, and checkpoints keep Vp. The same shard is the tied LM head.
 //

@@ -171,7 +171,7 @@ static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* arg
 #endif
 }
 
-// Which shard of the model this rank holds (llmc/model/params.h), asked by gpt2_from_args once the
+// Which shard of the model this rank holds (llmc/model/params_shard.h), asked by gpt2_from_args once the
 // model's shape is known. Data parallelism keeps whole replicas; tensor parallelism splits the
 // matrices over the mesh's tp group (and with --sp the residual stream's tokens); the pipeline
 // will set the stage's layers and its ends. Every rank checks the place (gpt2_place_check

@@ -72,7 +72,7 @@ typedef struct {
     int loss_scale_window;      // dynamic: clean steps before the scale doubles
     const char* fp8;            // off, current or delayed scaling (llmc/model/fp8_linear.h)
     int fp8_history;            // delayed scaling: steps of amax history
-    const char* recompute;      // none, selective or full (llmc/model/gpt2.h)
+    const char* recompute;      // none, selective or full (llmc/model/recompute.h)
     int qwz;                    // ZeRO++: block-wise int8 weight all-gather
     int hpz;                    // ZeRO++: secondary weight partition over groups of this many ranks (0: off)
     int qgz;                    // ZeRO++: gradient reduce-scatter quantised to 4 or 8 bits (0: off)
