@@ -2,7 +2,7 @@
 """The student's path (doc/syllabus.md) checked against the code, so that it cannot drift:
   - every `FILE:FUNCTION` the syllabus names exists: the file, and the function defined in it
     (a line that starts with its return type at column 0, not a call);
-  - every file a row names exists;
+  - every file a row names exists, and each topic's "Lines" is the wc -l of the files it names;
   - the reading budgets: for each strategy of the table "Reading budgets", the lines of the
     files it lists (wc -l) are summed, printed, compared with the total the table states (the
     doc must say what is true) and with the budget.
@@ -43,7 +43,28 @@ files = sorted(set(re.findall(r"`((?:llmc|test|scripts|dev|doc)/[\w/.-]+\.(?:h|c
 gone = [p for p in files if not os.path.exists(os.path.join(ROOT, p))]
 report(f"the {len(files)} files the syllabus names exist", not gone, ", ".join(gone[:5]))
 
-# 2. the reading budgets: | strategy | `file` `file` ... | stated total | budget |
+# 2. each topic's "Lines": the files its code cell names, counted
+topics = 0
+wrong = []
+for line in text.splitlines():
+    if not re.match(r"\| \d+ \|", line):
+        continue
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)]
+    if len(cells) < 9:
+        wrong.append(f"row {cells[1]}: {len(cells) - 2} cells")
+        continue
+    topics += 1
+    named = []
+    for path in re.findall(r"`([\w/.-]+\.(?:h|cuh|cu)):\w+`", cells[4]):
+        if path not in named and os.path.exists(os.path.join(ROOT, path)):
+            named.append(path)
+    stated = re.match(r"[\d,]+", cells[7])
+    total = sum(lines_of(p) for p in named)
+    if not stated or int(stated.group(0).replace(",", "")) != total:
+        wrong.append(f"topic {cells[1]}: table {cells[7].split(' ')[0]}, wc -l {total}")
+report(f"each of the {topics} topics states the lines of the files it names", topics > 0 and not wrong, "; ".join(wrong[:4]))
+
+# 3. the reading budgets: | strategy | `file` `file` ... | stated total | budget |
 section = text.split("## Reading budgets", 1)
 report("the syllabus has a section \"Reading budgets\"", len(section) == 2)
 rows = []
