@@ -407,7 +407,7 @@ static inline float gpt2_aux_loss(const GPT2* model, int slot) {
 }
 
 // ---- beside the passes: the optional pieces that plug into them, the formulas, the building
-#include "recompute.h"              // --recompute: gpt2_recompute_block_acts, gpt2_block_recompute
+#include "recompute.h"              // --recompute: gpt2_block_recompute
 #include "zero_bubble_backward.h"   // gpt2_block_backward in two halves, B and W (zero-bubble pipelines)
 #include "gpt2_accounting.h"        // bytes and FLOPs in closed form (the planner's, the memory tables')
 #include "gpt2_build.h"             // shapes checked, memory allocated, parameters initialised, freed

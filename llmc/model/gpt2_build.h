@@ -340,10 +340,10 @@ static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
     size_t li = (size_t)(local % gpt2_slot_layers(model));
     size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
     size_t att = gpt2_attention_state_size(model, a->B, a->T);
-    BlockActs b;
-    if (model->recompute) {
-        b = gpt2_recompute_block_acts(model, a, li);   // --recompute keeps fewer (llmc/model/recompute.h)
-    } else {
+    // --recompute (llmc/model/recompute.h) keeps fewer: full rebuilds the whole block in the
+    // scratch set, selective the attention state and the GELU output
+    BlockActs b = model->scratch;
+    if (model->recompute != RECOMPUTE_FULL) {
         b.ln1 = a->ln1 + li * BTs * C;
         b.ln1_mean = a->ln1_mean + li * BTs;
         b.ln1_rstd = a->ln1_rstd + li * BTs;
@@ -356,6 +356,8 @@ static inline BlockActs gpt2_block_acts(GPT2* model, int slot, int l) {
         b.ln2_rstd = a->ln2_rstd + li * BTs;
         b.fch = a->fch + li * BT * H;
         b.fcproj = a->fcproj + li * BTs * C;
+    }
+    if (model->recompute == RECOMPUTE_NONE) {
         b.att = a->att + li * att;
         b.fch_gelu = a->fch_gelu + li * BT * H;
     }

@@ -16,9 +16,10 @@
 //                                                   lockstep, as in Megatron)
 //
 // The recomputed tensors come from the same kernels on the same inputs, so the gradients, and
-// the losses, are bit-identical to no recomputation. It plugs in at two points: gpt2_block_acts
-// (llmc/model/gpt2_build.h) asks gpt2_recompute_block_acts where a layer's activations are, and
-// gpt2_block_backward (llmc/model/gpt2.h) calls gpt2_block_recompute before it starts.
+// the losses, are bit-identical to no recomputation. It plugs in at two points: the activation
+// layout (gpt2_block_acts, llmc/model/gpt2_build.h) points what a mode does not keep at the
+// scratch set, and gpt2_block_backward (llmc/model/gpt2.h) calls gpt2_block_recompute before it
+// starts.
 // The bytes of each mode: gpt2_activation_formula (llmc/model/gpt2_accounting.h). Included by
 // llmc/model/gpt2.h (it needs GPT2).
 #pragma once
@@ -35,30 +36,6 @@ static inline int gpt2_recompute_parse(const char* s) {
     if (strcmp(s, "full") == 0) { return RECOMPUTE_FULL; }
     die("--recompute must be none, selective or full, got '%s'", s);
     return RECOMPUTE_NONE;
-}
-
-// Block li of a slot (its index among the slot's layers) when the forward does not keep every
-// activation per layer: full keeps none of them (all in the scratch block), selective all but
-// the attention state and the GELU output. (The block's input and output, kept in every mode,
-// are the caller's.)
-static inline BlockActs gpt2_recompute_block_acts(GPT2* model, const ActivationTensors* a, size_t li) {
-    if (model->recompute == RECOMPUTE_FULL) { return model->scratch; }
-    size_t BT = (size_t)a->B * a->T, BTs = (size_t)a->B * a->Ts, C = model->config.channels;
-    size_t Cq = gpt2_local_qkv(model), Ca = gpt2_local_attn(model), H = gpt2_local_hidden(model);
-    BlockActs b = model->scratch;   // att and fch_gelu
-    b.ln1 = a->ln1 + li * BTs * C;
-    b.ln1_mean = a->ln1_mean + li * BTs;
-    b.ln1_rstd = a->ln1_rstd + li * BTs;
-    b.qkv = a->qkv + li * BT * Cq;
-    b.atty = a->atty + li * BT * Ca;
-    b.attproj = a->attproj + li * BTs * C;
-    b.residual2 = a->residual2 + li * BTs * C;
-    b.ln2 = a->ln2 + li * BTs * C;
-    b.ln2_mean = a->ln2_mean + li * BTs;
-    b.ln2_rstd = a->ln2_rstd + li * BTs;
-    b.fch = a->fch + li * BT * H;
-    b.fcproj = a->fcproj + li * BTs * C;
-    return b;
 }
 
 // Recomputation (--recompute), at the start of block l's backward: rebuild in the scratch block
