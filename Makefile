@@ -19,7 +19,9 @@ CXX ?= g++
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 PYTHON ?= python3
 CPU_OPT ?= -O3 -march=native
-CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
+# -fno-math-errno -fno-trapping-math change no result (no -ffast-math: the order of every sum is
+# kept); they let the compiler vectorise sqrtf (AdamW) and the clamps of exp_poly (GELU, softmax)
+CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
 HEADERS = $(wildcard llmc/*.h llmc/*/*.h test/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
@@ -207,7 +209,7 @@ endif
 # our matmul against the naive loop (validation) and against OpenBLAS (speed), when present
 BENCH_BLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DLLMC_OPENBLAS $$(pkg-config --cflags openblas)")
 BENCH_BLAS_LIBS := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
-BENCH_FLAGS = -std=c++17 -O3 -march=native -fopenmp -Wall -Wextra $(BENCH_BLAS)
+BENCH_FLAGS = -std=c++17 -O3 -march=native -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra $(BENCH_BLAS)
 bench_matmul: dev/cpu/bench_matmul.cpp $(wildcard llmc/cpu/matmul*.h) build/config/bench_matmul.flags
 	$(CXX) $(BENCH_FLAGS) $< -o $@ $(BENCH_BLAS_LIBS)
 build/config/bench_matmul.flags: CONFIG = $(CXX) $(BENCH_FLAGS) $(BENCH_BLAS_LIBS) ($(CXX_VERSION))

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
         if (last) { break; }
 
         double t0 = wall_seconds();
+        profile_step_begin(step > 0);   // --profile records every step but the first (llmc/profile.h)
         float dloss = guard_dloss(&guard, step, task.begin_step(&task, step));   // progress mark, --on-nan, --fault
         dloss = loss_scale_dloss(&scaler, &model, dloss);   // x S (1 without --loss-scale)
         plan_zero_grad(&plan);
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
         loss = task.step_loss(&task, plan_mean(&plan, loss));
         backend_synchronize();
         double dt = wall_seconds() - t0;
+        profile_step_end(dt);
         int overflow = loss_scale_update(&scaler, step, norm);   // skipped for overflow: S halves
         guard_step_end(&guard, step, loss, norm, overflow);   // a non-finite loss or norm: stop naming the tensor, or skip (--on-nan)
         if (step > 0) { timed_seconds += dt; timed_steps++; }   // the first step warms caches up

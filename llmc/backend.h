@@ -25,6 +25,7 @@
 #include "cpu/adamw.h"
 #include "cpu/quantize.h"       // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
 #include "cpu/fp8.h"                // FP8 simulated: absmax, fake quantisation (llmc/model/fp8_linear.h)
+#include "cpu/ceilings.h"           // --profile: the machine's peak FLOP/s and memory bandwidth, measured
 
 // Backend services the driver calls; on the CPU there is nothing to set up or wait for.
 static inline void backend_init(int local_rank) { (void)local_rank; }

@@ -18,6 +18,7 @@
 static inline void adamw_update(float* params, float* master_params, const float* grads, float* m, float* v,
                          size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                          int t, float grad_scale, unsigned int seed) {
+    PROFILE_OP("adamw", OP_UPD, cost_adamw((double)n, master_params != NULL));
     if (master_params == NULL) {
         adamw_host(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
         return;

@@ -1,12 +1,14 @@
 // The AdamW loop on fp32 host arrays (the math is in adamw.h's header). A file and a name of
 // its own so that ZeRO-Offload (llmc/parallel/offload.h) runs the same loop in the CUDA build,
-// where adamw_update is the GPU kernel's.
+// where adamw_update is the GPU kernel's. Memory-bound (doc/cpu-performance.md): vectorised thanks
+// to __restrict__ (the arrays never overlap) and -fno-math-errno (sqrtf need not set errno).
 #pragma once
 
 #include <math.h>
 
-static inline void adamw_host(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
-                              float beta2, float eps, float weight_decay, int t, float grad_scale) {
+static inline void adamw_host(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ m,
+                              float* __restrict__ v, size_t n, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, int t, float grad_scale) {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for

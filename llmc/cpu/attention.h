@@ -6,10 +6,12 @@
 // Backward, per head, with P = att, dO = dout:
 //   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(P * dP)),   dQ = dS K / sqrt(hs),   dK = dS^T Q / sqrt(hs)
 // dinp is OVERWRITTEN. Threads split over (b, h): each owns its head's slice of dinp,
-// so the sums over t into dK and dV need no atomics and are deterministic.
+// so the sums over t into dK and dV need no atomics and are deterministic. The dot products over
+// a head's hs channels are summed in vector lanes (omp simd reduction), the softmax's exp is exp_poly.
 #pragma once
 
-#include "round.h"   // floatx_round: outputs stored in the --precision format
+#include "round.h"      // floatx_round: outputs stored in the --precision format
+#include "exp_poly.h"
 
 // Floats the forward saves per layer for the backward. CPU: the full probability matrix.
 static inline size_t attention_state_size(int B, int T, int NH) { return (size_t)B * NH * T * T; }
@@ -23,13 +25,15 @@ static inline void attend_one_query(float* o, float* p, const float* q, const fl
     for (int t2 = 0; t2 <= t; t2++) {
         const float* k = k0 + (size_t)t2 * stride;
         float s = 0.0f;
+        #pragma omp simd reduction(+ : s)
         for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
         s *= scale;
         p[t2] = s;
         if (s > maxval) { maxval = s; }
     }
     float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - maxval); sum += p[t2]; }
+    #pragma omp simd reduction(+ : sum)
+    for (int t2 = 0; t2 <= t; t2++) { p[t2] = exp_poly(p[t2] - maxval); sum += p[t2]; }
     float inv = 1.0f / sum;
     for (int t2 = 0; t2 <= t; t2++) { p[t2] *= inv; }
     for (int i = 0; i < hs; i++) { o[i] = 0.0f; }   // weighted sum of the values
@@ -40,6 +44,7 @@ static inline void attend_one_query(float* o, float* p, const float* q, const fl
 }
 
 static inline void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
+    PROFILE_OP("attention", OP_FWD, cost_attention_forward(B, T, C, (double)attention_state_size(B, T, NH)));
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(3)
@@ -59,6 +64,7 @@ static inline void attention_forward(float* out, float* att, const float* inp, i
 
 static inline void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
                                int B, int T, int C, int NH) {
+    PROFILE_OP("attention", OP_BWD, cost_attention_backward(B, T, C, (double)attention_state_size(B, T, NH)));
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
@@ -82,6 +88,7 @@ static inline void attention_backward(float* dinp, const float* dout, const floa
                         const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                         float* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                         float s = 0.0f;
+                        #pragma omp simd reduction(+ : s)
                         for (int i = 0; i < hs; i++) { s += dO[i] * v[i]; dv[i] += p[t2] * dO[i]; }
                         dp[t2] = s;
                         rowdot += p[t2] * s;

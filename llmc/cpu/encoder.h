@@ -23,6 +23,7 @@
 // positions, all different. With v0 = 0 and every token in range these are the plain passes.
 static inline void encoder_forward_vocab(float* out, const int* inp, const int* positions, const float* wte,
                                          const float* wpe, int v0, int Vs, int B, int T, int C) {
+    PROFILE_OP("encoder", OP_FWD, cost_encoder_forward((double)B * T, C));
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -38,6 +39,7 @@ static inline void encoder_forward_vocab(float* out, const int* inp, const int* 
 
 static inline void encoder_backward_vocab(float* dwte, float* dwpe, const float* dout, const int* inp,
                                           const int* positions, int v0, int Vs, int B, int T, int C) {
+    PROFILE_OP("encoder", OP_BWD, cost_encoder_backward((double)B * T, C));
     const int CB = 16;  // channels per block: one 64-byte cache line of floats
     int nblocks = (C + CB - 1) / CB;
     #pragma omp parallel for

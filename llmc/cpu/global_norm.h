@@ -2,10 +2,12 @@
 //   norm = sqrt( sum over all gradients g^2 ),   clip: g *= clip / norm  when norm > clip
 // (the scale is passed to adamw_update as grad_scale, so gradients are never rewritten).
 // The sum is split into fixed chunks whose partial sums are added in a fixed order, so the
-// result is the same for any number of threads. Accumulated in double; out is one float.
+// result is the same for any number of threads. Accumulated in double (in vector lanes within a
+// chunk); out is one float.
 #pragma once
 
 static inline void global_norm_squared(float* out, const float* values, size_t count) {
+    PROFILE_OP("global norm", OP_UPD, cost_global_norm((double)count));
     const size_t CHUNK = 16384;
     size_t nchunks = ceil_div(count, CHUNK);
     double* partial = (double*)malloc((nchunks + 1) * sizeof(double));
@@ -13,6 +15,7 @@ static inline void global_norm_squared(float* out, const float* values, size_t c
     for (size_t c = 0; c < nchunks; c++) {
         size_t start = c * CHUNK, end = start + CHUNK < count ? start + CHUNK : count;
         double s = 0.0;
+        #pragma omp simd reduction(+ : s)
         for (size_t i = start; i < end; i++) { s += (double)values[i] * values[i]; }
         partial[c] = s;
     }

@@ -12,6 +12,7 @@
 
 static inline void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int B, int T, int C) {
+    PROFILE_OP("layernorm", OP_FWD, cost_layernorm_forward((double)B * T, C));
     const float eps = 1e-5f;
     int N = B * T;
     #pragma omp parallel for
@@ -35,6 +36,7 @@ static inline void layernorm_forward(float* out, float* mean, float* rstd, const
 static inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
                                const float* rstd, int B, int T, int C) {
+    PROFILE_OP("layernorm", OP_BWD, cost_layernorm_backward((double)B * T, C));
     int N = B * T;
     // 1) input gradient: rows are independent (skipped when dinp is NULL: the zero-bubble W pass)
     #pragma omp parallel for

@@ -104,6 +104,7 @@ static inline void matmul_backward_blocked(float* dinp, float* dweight, float* d
 
 static inline void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                                   int B, int T, int C, int OC) {
+    PROFILE_OP("matmul", OP_FWD, cost_matmul_forward((double)B * T, C, OC, bias != NULL), C, OC);
 #ifdef LLMC_OPENBLAS
     matmul_forward_openblas(out, inp, weight, bias, B, T, C, OC);
 #else
@@ -116,6 +117,7 @@ static inline void matmul_forward(float* out, const float* inp, const float* wei
 // bias gradient), as the zero-bubble pipeline's B and W passes ask (llmc/model/zero_bubble_backward.h).
 static inline void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                    const float* inp, const float* weight, int B, int T, int C, int OC) {
+    PROFILE_OP("matmul", OP_BWD, cost_matmul_backward((double)B * T, C, OC, dinp != NULL, dweight != NULL, dbias != NULL), C, OC);
 #ifdef LLMC_OPENBLAS
     matmul_backward_openblas(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #else

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stddef.h>
 #include "../model/precision.h"
+#include "../profile.h"   // PROFILE_OP: each kernel entry point opens with one, timed under --profile
 
 // The storage format of floatX tensors and what rounding to it did: values that were not
 // zero and became zero (flushed: underflow) or were finite and became inf (overflow),

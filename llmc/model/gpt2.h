@@ -368,6 +368,7 @@ static inline void gpt2_backward(GPT2* model) {
 }
 
 static inline void gpt2_zero_grad(GPT2* model) {
+    PROFILE_OP("zero grad", OP_UPD, cost_zero_grad((double)model->num_parameters));
     device_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
 }
 

@@ -11,6 +11,7 @@
 #include "parallel_plan.h"
 #include "rank_figures.h"
 #include "trace.h"
+#include "profile_report.h"
 
 // ---- before training
 
@@ -46,6 +47,7 @@ static inline void plan_print_activations(Plan* plan) {
 // after the model, batch and task lines: memory, mesh, communication
 static inline void plan_print_layout(Plan* plan) {
     GPT2* m = plan->model;
+    if (plan->args->profile) { profile_start(plan->rank == 0); }   // --profile: the machine's ceilings, measured
     if (m->moe) { moe_print_plan(m); }
     if (!plan->use_dp) {
         int master = BACKEND_MASTER_WEIGHTS;   // bf16 (CUDA, or the CPU's --precision): fp32 master weights too
@@ -150,6 +152,9 @@ static inline void plan_report_step(Plan* plan, int step) {
 }
 
 static inline void plan_print_summary(Plan* plan, int timed_steps) {
+    if (plan->rank == 0 && timed_steps > 0) {   // --profile: the table of operations
+        profile_print(plan->use_dp ? plan->comm_total / timed_steps : 0.0, plan->use_dp ? plan->exposed_total / timed_steps : 0.0);
+    }
     backend_precision_report();   // --precision bf16|fp16 on the CPU: values flushed to zero, overflowed
     if (plan->use_dp && plan->dp.async) { ps_async_summary(&plan->dp, plan->args->ps_log); }   // step rates, staleness, --ps-log
     if (!plan->use_dp || timed_steps == 0) { return; }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 #include "../common.h"
+#include "../profile.h"   // --profile counts the compute thread's communication too
 
 typedef struct {
     std::string name;
@@ -45,6 +46,7 @@ static inline double trace_now(void) { return wall_seconds(); }
 
 // Record an event that began at `start` (a trace_now() value) and ends now.
 static inline void trace_event(const char* name, int track, double start) {
+    if (track >= 2) { profile_communication(TRACE_TRACK_NAMES[track], wall_seconds() - start); }
     if (!g_trace.enabled) { return; }
     double end = wall_seconds();
     std::lock_guard<std::mutex> guard(g_trace.lock);

@@ -46,6 +46,7 @@ typedef struct {
     const char* comm_algo;
     float bucket_mb;
     const char* trace;
+    int profile;
     // training tasks
     const char* task;
     const char* sft_train;
@@ -185,6 +186,7 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"offload", ARG_SWITCH, &a->offload, "ZeRO-Offload: optimizer state and update in host memory (--zero 1 or 2)"},
         {"comm-algo", ARG_STRING, &a->comm_algo, "data-parallel collectives: ring (ours, bytes counted) or native (MPI/NCCL)"},
         {"trace", ARG_STRING, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
+        {"profile", ARG_SWITCH, &a->profile, "after the run, a table per operation: time, FLOPs, bytes, against this machine's roofline"},
         {"task", ARG_STRING, &a->task, "pretrain (next token), sft (loss on answers only) or rlvr (RL with verifiable rewards)"},
         {"sft-train", ARG_STRING, &a->sft_train, "sft: training examples (token shards + .mask files, glob)"},
         {"sft-val", ARG_STRING, &a->sft_val, "sft: validation examples for the answer-token loss (glob)"},
