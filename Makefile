@@ -27,7 +27,7 @@ HEADERS = $(wildcard llmc/*.h llmc/*/*.h test/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 # the CPU programs besides the trainer (their rules and what each is: below)
 SERIAL_PROGRAMS = test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu \
-  test_sftcpu test_seamscpu test_pp_schedulecpu test_comm_singlecpu pp_simcpu
+  test_sftcpu test_seamscpu test_pp_schedulecpu test_comm_singlecpu pp_simcpu test_profilecpu
 MPI_PROGRAMS = test_collectivescpu test_cp_attentioncpu collbenchcpu
 flags_of = $(patsubst %,build/config/%.flags,$(1))
 vpath %.cu test

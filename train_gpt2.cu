@@ -9,7 +9,7 @@
 //   plan.step.run     forward, loss, backward of each micro-batch (llmc/train/step.h; the ops and
 //                     placement hooks run inside the passes)
 //   plan_update       clip and AdamW on what this rank owns; parameters back in sync
-// Evaluation, samples and checkpoints happen before a step (and once after the last one).
+// Evaluation, samples and checkpoints happen before a step (and once after the last one: task_between_steps).
 #include "llmc/common.h"
 #include "llmc/train/train_args_check.h"
 #include "llmc/model/gpt2.h"
@@ -78,19 +78,7 @@ int main(int argc, char** argv) {
     for (int step = state.first_step; step <= args.steps; step++) {
         int last = step == args.steps;
         int again = state.resumed && step == state.first_step && !last;   // done before the saved run stopped
-        int do_eval = !args.bench && !again && (last || (args.eval_every > 0 && step % args.eval_every == 0));
-        int do_sample = !args.bench && !again && args.sample_every > 0 && (step % args.sample_every == 0 || last) && step > 0;
-        int do_save = args.save && !again && args.save_every > 0 && step > 0 && step % args.save_every == 0 && !last;
-        if (do_eval || do_sample || do_save) {
-            plan_full_model_begin(&plan);   // ZeRO-3 gathers the parameters
-            if (do_eval) { task_evaluate(&task, step, last); }   // each rank its share; sums combined
-            if (do_sample && plan_samples(&plan)) { task_print_sample(&task, &sample_rng); }   // rank 0 prints
-            if (do_save) {
-                plan_save_checkpoint(&plan, args.save);
-                printf("saved %s (step %d)\n", args.save, step);
-            }
-            plan_full_model_end(&plan);
-        }
+        if (!again) { task_between_steps(&task, step, last, &sample_rng); }   // evaluation, samples, checkpoints
         if (train_state_due(&state, step)) { train_state_save(&state, step, &sample_rng); }
         if (args.exit_after > 0 && step == args.exit_after) {   // as a pre-empted job: no final evaluation or --save
             printf("stopping after step %d (--exit-after): continue with --resume %s\n", step, args.save_state);

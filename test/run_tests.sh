@@ -73,6 +73,7 @@ suite trainer       fast 1 bash test/test_trainer.sh
 suite data          fast 1 "$PY" test/test_data.py
 suite generate      fast 1 ./test_generatecpu
 suite seams         fast 1 ./test_seamscpu
+suite profile       fast 1 bash test/test_profile.sh
 suite pp-schedule   fast 1 ./test_pp_schedulecpu
 suite cp-attention  fast 1 bash test/test_cp_attention.sh
 suite layout        fast 1 "$PY" test/test_layout.py

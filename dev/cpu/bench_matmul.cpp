@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     unsigned long long rng = 1337;
 
     printf("matmul benchmark: BT=%d, %d OpenMP thread(s), ours: %dx%d register block (%s)\n", BT, nthreads,
-           MM_MR, MM_NR, MM_MR == 6 ? "AVX-512" : "AVX2");
+           MM_MR, MM_NR, MM_NR == 32 ? "AVX-512" : "AVX2");
 #ifdef LLMC_OPENBLAS
     printf("OpenBLAS: %s, called single-threaded from each OpenMP thread\n", openblas_get_config());
 #else

@@ -1,7 +1,6 @@
 // The AdamW loop on fp32 host arrays (the math is in adamw.h's header). A file and a name of
 // its own so that ZeRO-Offload (llmc/parallel/offload.h) runs the same loop in the CUDA build,
-// where adamw_update is the GPU kernel's. Memory-bound (doc/cpu-performance.md): vectorised thanks
-// to __restrict__ (the arrays never overlap) and -fno-math-errno (sqrtf need not set errno).
+// where adamw_update is the GPU kernel's. Vectorised: __restrict__ arrays, -fno-math-errno (sqrtf).
 #pragma once
 
 #include <math.h>

@@ -6,8 +6,7 @@
 // Backward, per head, with P = att, dO = dout:
 //   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(P * dP)),   dQ = dS K / sqrt(hs),   dK = dS^T Q / sqrt(hs)
 // dinp is OVERWRITTEN. Threads split over (b, h): each owns its head's slice of dinp,
-// so the sums over t into dK and dV need no atomics and are deterministic. The dot products over
-// a head's hs channels are summed in vector lanes (omp simd reduction), the softmax's exp is exp_poly.
+// so the sums over t into dK and dV need no atomics and are deterministic (dot products: in vector lanes).
 #pragma once
 
 #include "round.h"      // floatx_round: outputs stored in the --precision format

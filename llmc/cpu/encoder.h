@@ -7,7 +7,6 @@
 #pragma once
 
 #include "round.h"   // floatx_round: outputs stored in the --precision format
-
 #include <limits.h>
 #include <algorithm>
 #include <vector>

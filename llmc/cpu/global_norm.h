@@ -2,8 +2,7 @@
 //   norm = sqrt( sum over all gradients g^2 ),   clip: g *= clip / norm  when norm > clip
 // (the scale is passed to adamw_update as grad_scale, so gradients are never rewritten).
 // The sum is split into fixed chunks whose partial sums are added in a fixed order, so the
-// result is the same for any number of threads. Accumulated in double (in vector lanes within a
-// chunk); out is one float.
+// result is the same for any number of threads. Accumulated in double, in vector lanes; out is one float.
 #pragma once
 
 static inline void global_norm_squared(float* out, const float* values, size_t count) {

@@ -402,11 +402,6 @@ static inline float gpt2_update(GPT2* model, float lr, float beta1, float beta2,
     return norm;
 }
 
-// The auxiliary load-balancing loss of the last forward on a slot (0 for a dense model)
-static inline float gpt2_aux_loss(const GPT2* model, int slot) {
-    return model->moe ? moe_aux_loss(model->moe, slot, model->acts[slot].B) : 0.0f;
-}
-
 // ---- beside the passes: the optional pieces that plug into them, the formulas, the building
 #include "recompute.h"              // --recompute: gpt2_block_recompute
 #include "zero_bubble_backward.h"   // gpt2_block_backward in two halves, B and W (zero-bubble pipelines)

@@ -188,3 +188,8 @@ static inline void moe_backward(GPT2* model, const OpAt* at, floatX* dinp, const
     // and every kept pair's input gradient back to its token
     moe_combine(dinp, m->buf, r->slot_d, NULL, N, k, C, 1);
 }
+
+// The auxiliary load-balancing loss of the last forward on a slot (0 for a dense model)
+static inline float gpt2_aux_loss(const GPT2* model, int slot) {
+    return model->moe ? moe_aux_loss(model->moe, slot, model->acts[slot].B) : 0.0f;
+}

@@ -57,6 +57,25 @@ static inline void task_init(Task* t, GPT2* model, Plan* plan, const TrainArgs* 
     }
 }
 
+// Before step `step` (and after the last): evaluation every --eval-every steps and at the end,
+// samples every --sample-every, a checkpoint every --save-every, on the whole model (ZeRO-3
+// gathers the parameters).
+static inline void task_between_steps(Task* t, int step, int last, Rng* sample_rng) {
+    const TrainArgs* a = t->args;
+    int do_eval = !a->bench && (last || (a->eval_every > 0 && step % a->eval_every == 0));
+    int do_sample = !a->bench && a->sample_every > 0 && (step % a->sample_every == 0 || last) && step > 0;
+    int do_save = a->save && a->save_every > 0 && step > 0 && step % a->save_every == 0 && !last;
+    if (!do_eval && !do_sample && !do_save) { return; }
+    plan_full_model_begin(t->plan);
+    if (do_eval) { task_evaluate(t, step, last); }   // each rank its share; sums combined
+    if (do_sample && plan_samples(t->plan)) { task_print_sample(t, sample_rng); }   // rank 0 prints
+    if (do_save) {
+        plan_save_checkpoint(t->plan, a->save);
+        printf("saved %s (step %d)\n", a->save, step);
+    }
+    plan_full_model_end(t->plan);
+}
+
 // after the header is printed: the metrics file (rank 0)
 static inline void task_open_metrics(Task* t) {
     if (t->args->metrics && t->plan->rank == 0) {
