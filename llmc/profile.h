@@ -67,7 +67,7 @@ static inline int profile_row(const char* name, int part, int d1, int d2) {
 }
 
 // the time of one scope: the wall clock on the CPU, a pair of CUDA events on the GPU
-#if defined(__CUDACC__) || defined(LLMC_EMU_PROFILE)
+#if (defined(__CUDACC__) || defined(LLMC_EMU)) && !defined(LLMC_CPU)   // the CUDA backend, on a GPU or the emulator (dev/emu)
 #include "cuda/profile_events.cuh"   // profile_timer_begin / profile_timer_end, read at the step's end
 #else
 static inline double profile_timer_begin() { return profile_clock(); }

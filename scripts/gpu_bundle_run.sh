@@ -6,8 +6,8 @@
 #   bash run.sh --part mpi    the MPI trainer (where mpirun is found): data, tensor, pipeline, context and
 #                             expert parallelism on this node's GPUs (ranks share a GPU when there are fewer)
 #   bash run.sh --all         all three, in that order
-#   --only CHECK              one check of --quick: kernels, reference, train, bench, timings, seams,
-#                             state, recompute, losscale, fp8 (its row is added to the summary)
+#   --only CHECK              one check of --quick: kernels, reference, train, bench, profile, timings,
+#                             seams, state, recompute, losscale, fp8 (its row is added to the summary)
 #   --out DIR                 where results go (default: results/ beside run.sh)
 # Results are written as soon as each check ends: DIR/summary.txt (one row per check: PASS, FAIL,
 # info or skip, and its figure), each check's log beside it, and DIR/gpu-results.md, the section to
@@ -128,7 +128,7 @@ LAB_KERNELS="encoder_forward encoder_backward layernorm_forward layernorm_backwa
 D="--train-data $here/data/train_000000.bin --val-data $here/data/val_000000.bin --tokenizer $here/data/tokenizer.bin"
 
 # ---- the checks of --quick, most important first; each one a function (--only NAME runs one)
-CHECKS="kernels reference train bench timings seams state recompute losscale fp8"
+CHECKS="kernels reference train bench profile timings seams state recompute losscale fp8"
 c_kernels() {
     # 1. every llmc/cuda kernel against llmc/cpu at small and awkward shapes
     if step cuda_kernels "$BIN/test_cuda_kernels"; then r=PASS; else r=FAIL; fi
@@ -177,8 +177,26 @@ c_bench() {
     mfu=$(grep "^step" "$res/bench124m.log" | tail -n +2 | sed -n 's/.*MFU \([0-9.]*\)%.*/\1/p' | awk '{ s += $1; n++ } END { if (n > 0) printf "%.1f", s / n }')
     row "GPT-2 124M bf16, 16x1024, 20 steps (--bench)" $r "$toks; MFU ${mfu:-n/a}${mfu:+%} (mean of steps 2..20)"
 }
+c_profile() {
+    # 5. --profile on the same job, 4 steps: the table per operation (time from CUDA events, FLOPs,
+    # bytes, against this GPU's measured ceilings; llmc/train/profile_report.h) is in profile.log. The
+    # row passes when the table is whole: a row per operation of the step and the roofline line
+    local prof="--model gpt2 --batch 16 --seq 1024 --steps 4" missing="" op ceil roof
+    [ -n "${RUN_BIN_DIR:-}" ] && prof="--layers 2 --heads 2 --channels 64 --max-seq 64 --batch 2 --seq 32 --steps 3"   # emulated: small
+    if step profile "$BIN/train_gpt2cu" --bench $prof --profile; then
+        for op in encoder layernorm matmul attention gelu residual classifier "global norm" adamw "zero grad" roofline; do
+            grep -q "^$op " "$res/profile.log" || missing="$missing, $op"
+        done
+        if [ -z "$missing" ]; then r=PASS; else r=FAIL; fi
+    else
+        r=FAIL; missing=", the run failed"
+    fi
+    ceil=$(sed -n 's/^profile      ceilings \([0-9.]* GFLOP\/s and [0-9.]* GB\/s\).*/\1/p' "$res/profile.log")
+    roof=$(sed -n 's/^roofline     //p' "$res/profile.log")
+    row "GPT-2 124M bf16 --profile, 16x1024, 4 steps" $r "${roof:-no roofline line}; ceilings ${ceil:-?}${missing:+ (missing:${missing#,})}"
+}
 c_timings() {
-    # 5. one timing line per production kernel: the last version of each kernel-lab program
+    # 6. one timing line per production kernel: the last version of each kernel-lab program
     if [ -d "$LAB" ] && [ -n "$(ls "$LAB" 2>/dev/null)" ]; then
         for k in $LAB_KERNELS; do
             [ -x "$LAB/$k" ] || { row "kernel $k (production)" FAIL "not in the bundle"; continue; }

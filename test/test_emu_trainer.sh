@@ -15,7 +15,11 @@
 #       (--save-state, --exit-after 5, --resume; one rank and ZeRO-1 on 2) gives the same --log
 #       bytes as the uninterrupted run, and the bf16 state continues on train_gpt2cpu within (a)'s
 #       tolerances;
-#   (d) the bf16 build's command-line errors: one line and exit 1.
+#   (d) the bf16 build's command-line errors: one line and exit 1;
+#   (e) --profile (llmc/cuda/profile_events.cuh): after 3 steps the table has a row for every operation
+#       of the step, the same rows and calls per step as train_gpt2cpu's table (the PROFILE_OP lines
+#       of llmc/cuda mirror llmc/cpu's), its rows and "other" add up to "step" (print rounding), the
+#       events lie inside the step ("other" is not negative), and the ceilings say they are the emulator's.
 # Needs: make build/emu/train_gpt2cu build/emu/train_gpt2cu_fp32 build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
 # Prints PASS/FAIL lines; exits 1 on any FAIL. About a minute on 2 cores.
 set -u
@@ -158,6 +162,50 @@ expect_error "unknown flag" "unknown flag '--bogus'" $TRAIN --bogus 3
 expect_error "non-numeric value" "flag '--lr' expects a number, got 'abc'" $TRAIN --lr abc
 expect_error "sequence above the model maximum" "\-\-seq 64 exceeds the model's maximum sequence length 32" $TRAIN --seq 64
 expect_error "missing checkpoint" "cannot open '$T/missing.bin'" $LOAD --load "$T/missing.bin" --steps 1
+
+# --- (e) --profile: the table per operation, timed with CUDA events (the emulator's own time)
+$EMU/train_gpt2cu $D $SMALL --steps 3 --profile >"$T/prof.out" 2>&1 || fail "train_gpt2cu --profile (emulated) run" "$(tail -2 "$T/prof.out")"
+./train_gpt2cpu $D $SMALL --steps 3 --profile >"$T/prof_cpu.out" 2>&1 || fail "train_gpt2cpu --profile run" "$(tail -2 "$T/prof_cpu.out")"
+python3 - "$T/prof.out" "$T/prof_cpu.out" <<'EOF' || failures=$((failures + 1))
+import re, sys
+def table(path):   # {"name part": (calls, ms)} ("matmul 32x96 fwd": one row per shape), other and step ms, two lines
+    rows, other, step, roof, ceil = {}, None, None, None, None
+    for line in open(path):
+        m = re.match(r"^(\S.*?)\s+(fwd|bwd|update|comm)\s+([\d.]+)\s+(-?[\d.]+)\s+-?[\d.]+%", line)
+        if m:
+            rows[m.group(1) + " " + m.group(2)] = (float(m.group(3)), float(m.group(4)))
+        m = re.match(r"^(other|step)\s+(-?[\d.]+)\s+-?[\d.]+%", line)
+        if m and m.group(1) == "other": other = float(m.group(2))
+        if m and m.group(1) == "step": step = float(m.group(2))
+        if line.startswith("roofline "): roof = line.strip()
+        if line.startswith("profile      ceilings"): ceil = line.strip()
+    return rows, other, step, roof, ceil
+rows, other, step, roof, ceil = table(sys.argv[1])
+cpu_rows = table(sys.argv[2])[0]
+ops = {re.sub(r" \d+x\d+ ", " ", k) for k in rows}   # matmul's rows without their shapes
+want = ["encoder fwd", "encoder bwd", "layernorm fwd", "layernorm bwd", "matmul fwd", "matmul bwd", "attention fwd",
+        "attention bwd", "gelu fwd", "gelu bwd", "residual fwd", "classifier fwd", "global norm update", "adamw update",
+        "zero grad update"]
+missing = [w for w in want if w not in ops]
+calls = {k: v[0] for k, v in rows.items()}
+cpu_calls = {k: v[0] for k, v in cpu_rows.items()}
+differ = sorted(set(calls.items()) ^ set(cpu_calls.items()))
+total = sum(v[1] for v in rows.values())
+slack = 0.005 * (len(rows) + 2) + 1e-9   # each figure printed to 0.01 ms
+checks = [
+    (roof is not None, "the roofline line is printed"),
+    (ceil is not None and "emulator" in ceil, "the ceilings line says the figures are the emulator's"),
+    (not missing, f"a row for each operation of the step (missing: {', '.join(missing) or 'none'})"),
+    (len(calls) > 0 and not differ, f"the same {len(calls)} rows and calls per step as train_gpt2cpu's table "
+                                    f"(differ: {', '.join(f'{k} {v:g}' for k, v in differ[:4]) or 'none'})"),
+    (other is not None and step is not None and abs(total + other - step) <= slack,
+     f"the rows ({total:.2f} ms) and other ({other} ms) add up to the step ({step} ms) within {slack:.3f} ms"),
+    (other is not None and other >= -0.005, "the events lie inside the step: other is not negative"),
+]
+for ok, what in checks:
+    print(f"{'PASS' if ok else 'FAIL'} --profile (emulated bf16): {what}")
+sys.exit(0 if all(ok for ok, _ in checks) else 1)
+EOF
 
 [ "$failures" -eq 0 ] || exit 1
 exit 0

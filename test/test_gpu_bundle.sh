@@ -6,9 +6,9 @@
 # also the CUDA build's reference check in make test: test_gpt2cu bf16 and fp32 (emulated) against
 # PyTorch, with the determinism check (identical reruns, bit-exact save and reload).
 #   1. run.sh --quick passes: every row PASS, in the bundle's fixed order (kernels, reference
-#      bf16 and fp32, training against the CPU, the throughput run, one row per production kernel,
-#      then the extension points, the training state, recomputation, loss scaling and FP8), and
-#      gpu-results.md is a markdown section with the same rows.
+#      bf16 and fp32, training against the CPU, the throughput run, its --profile table, one row
+#      per production kernel, then the extension points, the training state, recomputation, loss
+#      scaling and FP8), and gpu-results.md is a markdown section with the same rows.
 #   2. it can fail: a CPU log whose losses are 1% off makes the training row FAIL and the exit 1
 #      (run.sh --only train: one check).
 #   3. one clear line, exit 1: no nvidia-smi; a GPU but a library the binary needs is not found (a
@@ -36,7 +36,7 @@ RUN_BIN_DIR=$E RUN_LAB_DIR=$E/dev/cuda bash "$B/run.sh" --quick --out "$T/quick"
 rc=$?
 S=$T/quick/summary.txt
 want=("device" "test_cuda_kernels" "test_gpt2cu bf16 vs PyTorch" "test_gpt2cu fp32 vs PyTorch" "train 10 steps (default job) vs train_gpt2cpu"
-      "GPT-2 124M bf16" "kernel encoder_forward" "kernel encoder_backward" "kernel layernorm_forward" "kernel layernorm_backward"
+      "GPT-2 124M bf16," "GPT-2 124M bf16 --profile" "kernel encoder_forward" "kernel encoder_backward" "kernel layernorm_forward" "kernel layernorm_backward"
       "kernel matmul_forward" "kernel matmul_backward" "kernel attention_forward" "kernel attention_backward" "kernel gelu_forward"
       "kernel gelu_backward" "kernel classifier" "kernel adamw" "kernel global_norm" "test_seams" "training state: stopped after 3"
       "--recompute selective, full = none" "dynamic loss scaling" "--fp8 current vs bf16")

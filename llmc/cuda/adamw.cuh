@@ -54,6 +54,7 @@ __global__ void adamw_kernel(floatX* params, float* master_params, const floatX*
 static inline void adamw_update(floatX* params, float* master_params, const floatX* grads, float* m, float* v,
                                 size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                                 int t, float grad_scale, unsigned int seed) {
+    PROFILE_OP("adamw", OP_UPD, cost_adamw((double)n, master_params != NULL));
     float bc1 = 1.0f - powf(beta1, (float)t);   // on the host, exactly as the CPU computes them
     float bc2 = 1.0f - powf(beta2, (float)t);
     adamw_kernel<<<grid_for(n, 512), 512>>>(params, master_params, grads, m, v, n, lr, beta1, beta2, bc1, bc2, eps,

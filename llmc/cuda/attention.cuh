@@ -19,6 +19,7 @@
 // the names the model calls: tensor cores when they apply (bf16 build, hs 16/32/64, aligned),
 // else the CUDA-core flash kernels. Both save the same lse, so either backward fits either forward.
 static inline void attention_forward(floatX* out, float* att, const floatX* inp, int B, int T, int C, int NH) {
+    PROFILE_OP("attention", OP_FWD, cost_attention_forward(B, T, C, (double)attention_state_size(B, T, NH)));
     if (attention_tc_supported(C, NH, out, inp, inp)) {
         attention_forward_flash_tc(out, att, inp, B, T, C, NH);
     } else {
@@ -27,6 +28,7 @@ static inline void attention_forward(floatX* out, float* att, const floatX* inp,
 }
 static inline void attention_backward(floatX* dinp, const floatX* dout, const floatX* inp, const float* att,
                                       int B, int T, int C, int NH) {
+    PROFILE_OP("attention", OP_BWD, cost_attention_backward(B, T, C, (double)attention_state_size(B, T, NH)));
     if (attention_tc_supported(C, NH, dinp, dout, inp)) {
         attention_backward_flash_tc(dinp, dout, inp, att, B, T, C, NH);
     } else {

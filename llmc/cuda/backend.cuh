@@ -1,6 +1,6 @@
 // The CUDA backend: every kernel header, and the services the driver calls (device choice,
 // checks, cuBLASLt setup, synchronisation, events between compute and communication (event.cuh),
-// device name, peak FLOP/s for the MFU).
+// device name, peak FLOP/s for the MFU, the ceilings --profile measures (ceilings.cuh)).
 // Included by llmc/backend.h when LLMC_CPU is not defined.
 #pragma once
 
@@ -25,6 +25,7 @@
 #include "adamw.cuh"
 #include "quantize.cuh"   // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
 #include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/model/fp8_linear.h)
+#include "ceilings.cuh"            // --profile: the GPU's matmul FLOP/s and copy bandwidth, measured
 #include "../train/mfu.h"
 
 // Picks GPU local_rank % (number of GPUs), checks it (device.cuh), then sets up cuBLASLt.

@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) fused_classifier_kernel(floa
 
 static inline void fused_classifier(floatX* logits, float* losses, const float* weights, const int* targets,
                                     float dloss, int B, int T, int V, int Vp, int write_dlogits) {
+    PROFILE_OP("classifier", OP_FWD, cost_classifier((double)B * T, V, Vp, weights != NULL, write_dlogits));
     fused_classifier_kernel<<<B * T, CLASSIFIER_BLOCK>>>(logits, losses, weights, targets, dloss, V, Vp, write_dlogits);
     cudaCheckLaunch();
 }

@@ -38,6 +38,12 @@ static inline void cuda_check(cudaError_t err, const char* what, const char* fil
 // surface at the next synchronising call, which is checked too).
 #define cudaCheckLaunch() cudaCheck(cudaGetLastError())
 
+// --profile's recorder (PROFILE_OP in every kernel entry point), timed with CUDA events
+// (profile_events.cuh, which needs cudaCheck). Included here, at global scope and before any
+// kernel: the kernel lab and test_cuda_kernels include the CPU kernels, which include it too,
+// inside `namespace cpu { }` as their reference, where it must already have been read.
+#include "../profile.h"
+
 // floatX <-> float, for both builds
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

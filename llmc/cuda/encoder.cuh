@@ -34,6 +34,7 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const int* p
 // positions: NULL (position t of each sequence) or one per token (generation: B = 1, T = N)
 static inline void encoder_forward_vocab(floatX* out, const int* inp, const int* positions, const floatX* wte,
                                          const floatX* wpe, int v0, int Vs, int B, int T, int C) {
+    PROFILE_OP("encoder", OP_FWD, cost_encoder_forward((double)B * T, C));
     encoder_forward_kernel<<<grid_for((size_t)B * T * C, 256), 256>>>(out, inp, positions, wte, wpe, v0, Vs, B, T, C);
     cudaCheckLaunch();
 }
@@ -67,6 +68,7 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, co
 
 static inline void encoder_backward_vocab(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
                                           const int* positions, int v0, int Vs, int B, int T, int C) {
+    PROFILE_OP("encoder", OP_BWD, cost_encoder_backward((double)B * T, C));
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int BT = B * T;

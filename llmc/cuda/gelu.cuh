@@ -28,10 +28,12 @@ __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floa
 }
 
 static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
+    PROFILE_OP("gelu", OP_FWD, cost_gelu_forward((double)N));
     gelu_forward_kernel<<<grid_for(N, 512), 512>>>(out, inp, N);
     cudaCheckLaunch();
 }
 static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t N) {
+    PROFILE_OP("gelu", OP_BWD, cost_gelu_backward((double)N));
     gelu_backward_kernel<<<grid_for(N, 512), 512>>>(dinp, inp, dout, N);
     cudaCheckLaunch();
 }

@@ -34,6 +34,7 @@ __global__ void global_norm_final_kernel(float* out, const float* partial, int n
 }
 
 static inline void global_norm_squared(float* out, const floatX* values, size_t count) {
+    PROFILE_OP("global norm", OP_UPD, cost_global_norm((double)count));
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     float* partial = (float*)scratch_reserve(&scratch, &scratch_cap, GN_BLOCKS * sizeof(float));

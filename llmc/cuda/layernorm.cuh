@@ -34,6 +34,7 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 
 static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                                      const floatX* weight, const floatX* bias, int B, int T, int C) {
+    PROFILE_OP("layernorm", OP_FWD, cost_layernorm_forward((double)B * T, C));
     int N = B * T;
     const int block = 256;   // 8 rows per block
     layernorm_forward_kernel<<<(int)ceil_div(N, block / 32), block>>>(out, mean, rstd, inp, weight, bias, N, C);
@@ -93,6 +94,7 @@ __global__ void layernorm_backward_params_kernel(float* partial_w, float* partia
 static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                                       const floatX* inp, const floatX* weight, const float* mean,
                                       const float* rstd, int B, int T, int C) {
+    PROFILE_OP("layernorm", OP_BWD, cost_layernorm_backward((double)B * T, C));
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int N = B * T;

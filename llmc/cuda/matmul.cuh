@@ -188,6 +188,7 @@ __global__ void add_bias_kernel(floatX* out, const floatX* bias, size_t rows, in
 
 static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                                   int B, int T, int C, int OC) {
+    PROFILE_OP("matmul", OP_FWD, cost_matmul_forward((double)B * T, C, OC, bias != NULL), C, OC);
     int BT = B * T;
     // the epilogue reads the bias with vector loads: only offer it 16-byte aligned biases
     if (bias && pointer_alignment(bias) >= 16 && cublaslt_gemm(out, weight, inp, bias, OC, BT, C, C, C, OC, 1, 0, 0.0f)) {
@@ -222,6 +223,7 @@ __global__ void bias_backward_partial_kernel(float* partial, const floatX* dout,
 
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                                    const floatX* inp, const floatX* weight, int B, int T, int C, int OC) {
+    PROFILE_OP("matmul", OP_BWD, cost_matmul_backward((double)B * T, C, OC, dinp != NULL, dweight != NULL, dbias != NULL), C, OC);
     static void* scratch = NULL;
     static size_t scratch_cap = 0;
     int BT = B * T;

@@ -12,6 +12,7 @@ __global__ void residual_forward_kernel(floatX* out, const floatX* inp1, const f
 }
 
 static inline void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, size_t N) {
+    PROFILE_OP("residual", OP_FWD, cost_residual_forward((double)N));
     residual_forward_kernel<<<grid_for(N, 512), 512>>>(out, inp1, inp2, N);
     cudaCheckLaunch();
 }
