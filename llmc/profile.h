@@ -44,6 +44,9 @@ typedef struct {
     double step_seconds;   // the recorded steps' time, as the trainer measured it
 } Profiler;
 static Profiler g_profile;
+// the thread that runs the step: only its scopes record (the asynchronous parameter server's
+// thread runs AdamW and the norm beside it, llmc/parallel/dp_ps_async_server.h)
+static thread_local int g_profile_this_thread = 0;
 
 static inline double profile_clock() {
     struct timespec ts;
@@ -79,7 +82,7 @@ struct ProfileScope {
     int row;
     double t0;
     ProfileScope(const char* name, int part, OpCost cost, int d1 = 0, int d2 = 0) : row(-1), t0(0.0) {
-        if (!g_profile.recording || g_profile.depth++ > 0) { return; }
+        if (!g_profile.recording || !g_profile_this_thread || g_profile.depth++ > 0) { return; }
         row = profile_row(name, part, d1, d2);
         if (row < 0) { return; }
         ProfileRow* r = &g_profile.rows[row];
@@ -92,7 +95,7 @@ struct ProfileScope {
         t0 = profile_timer_begin();
     }
     ~ProfileScope() {
-        if (!g_profile.recording) { return; }
+        if (!g_profile.recording || !g_profile_this_thread) { return; }
         g_profile.depth--;
         if (row >= 0) { profile_timer_end(row, t0); }
     }
@@ -102,7 +105,7 @@ struct ProfileScope {
 // Communication the compute thread waited for (tensor, pipeline, context and expert parallelism
 // report theirs to llmc/train/trace.h): a row per kind, time only. Not inside an operation's scope.
 static inline void profile_communication(const char* kind, double seconds) {
-    if (!g_profile.recording || g_profile.depth > 0) { return; }
+    if (!g_profile.recording || !g_profile_this_thread || g_profile.depth > 0) { return; }
     int row = profile_row(kind, OP_COMM, 0, 0);
     if (row < 0) { return; }
     g_profile.rows[row].calls++;
@@ -113,6 +116,7 @@ static inline void profile_communication(const char* kind, double seconds) {
 static inline void profile_step_begin(int counted) {
     g_profile.recording = g_profile.enabled && counted;
     g_profile.depth = 0;
+    g_profile_this_thread = 1;
 }
 static inline void profile_step_end(double seconds) {
     if (!g_profile.recording) { return; }

@@ -87,7 +87,7 @@ static inline void profile_print(double dp_seconds, double dp_exposed) {
     printf("%-22s %-6s %6s %9.2f %6.1f%%   (host work, waits and kernels outside the table)\n", "other", "", "", other * 1e3,
            100.0 * other / t.step);
     printf("%-22s %-6s %6s %9.2f %6.1f%%\n", "step", "", "", t.step * 1e3, 100.0);
-    if (dp_seconds > 0) {
+    if (dp_seconds > 1e-5) {
         printf("data-parallel communication on its own thread: %.2f ms per step, %.2f ms of it waited for (in \"other\")\n",
                dp_seconds * 1e3, dp_exposed * 1e3);
     }
