@@ -17,7 +17,7 @@
 
 typedef struct {
     double peak, bandwidth;   // FLOP/s, bytes/s
-    char how[160];            // how they were measured
+    char how[256];            // how they were measured
 } Ceilings;
 static Ceilings g_ceilings;
 
