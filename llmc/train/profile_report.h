@@ -21,7 +21,9 @@ typedef struct {
 } Ceilings;
 static Ceilings g_ceilings;
 
-// --profile: measure the ceilings and start recording from the second step on (train_gpt2.cu)
+// --profile: measure the ceilings and start recording from the second step on (train_gpt2.cu).
+// They are measured again after the run and the higher of each kept: a ceiling is a bound, and a
+// measurement of a fraction of a second on a shared machine can come out low.
 static inline void profile_start(int print) {
     g_profile.enabled = 1;
     backend_measure_ceilings(&g_ceilings.peak, &g_ceilings.bandwidth, g_ceilings.how, sizeof(g_ceilings.how));
@@ -72,6 +74,12 @@ static inline void profile_print_row(const ProfileRow* r, int n, double step) {
 static inline void profile_print(double dp_seconds, double dp_exposed) {
     int n = g_profile.steps;
     if (!g_profile.enabled || n == 0) { return; }
+    Ceilings again;
+    backend_measure_ceilings(&again.peak, &again.bandwidth, again.how, sizeof(again.how));
+    printf("profile      ceilings measured again after the run: %.1f GFLOP/s and %.1f GB/s (%s); the higher of each counts\n",
+           again.peak * 1e-9, again.bandwidth * 1e-9, again.how);
+    if (again.peak > g_ceilings.peak) { g_ceilings.peak = again.peak; }
+    if (again.bandwidth > g_ceilings.bandwidth) { g_ceilings.bandwidth = again.bandwidth; }
     ProfileTotals t = profile_totals();
     printf("\nprofile: %d step%s recorded (the first is not), rank 0; per step. GFLOP and MB: what the operation computes "
            "and must move; bound: max(FLOPs / %.1f GFLOP/s, bytes / %.1f GB/s)\n", n, n > 1 ? "s" : "",
