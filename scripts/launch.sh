@@ -24,7 +24,9 @@
 #     --tp N, --dp N       appended to the program's arguments, after a check that
 #                          tp x dp (x the program's --pp, --cp if any) = the ranks; dp defaults
 #                          to ranks / tp
-#     --mpi-args "..."     more mpirun options (split on spaces), e.g. "--bind-to none"
+#     --mpi-args "..."     more mpirun options (split on spaces), e.g. "--bind-to none"; a hostfile
+#                          may carry its own in a line "# launch.sh mpirun options: ..." (the
+#                          clusters of scripts/cluster.sh: how mpirun reaches their nodes)
 #     --dry-run            print what it would run and exit 0
 #   Everything after PROGRAM goes to it unchanged (the mesh flags: --tp 2 --sp --zero 3 --dp 2).
 #   The first argument that is not an option is the program, so "--" is optional.
@@ -161,6 +163,9 @@ read_hostfile() {
     if [ ! -f "$file" ] || [ ! -r "$file" ]; then die "cannot read the hostfile '$file'"; fi
     hosts=() slots=() have_slots=$pbs
     while IFS= read -r line || [ -n "$line" ]; do
+        if [[ $line =~ ^#[[:space:]]*launch.sh\ mpirun\ options:(.*)$ ]]; then
+            file_mpi_args+="${file_mpi_args:+ }${BASH_REMATCH[1]# }"
+        fi
         line=${line%%#*}
         read -r -a fields <<<"$line"
         [ ${#fields[@]} -gt 0 ] || continue
@@ -182,7 +187,7 @@ read_hostfile() {
 }
 
 # ---- 1. where: hosts (and, when the scheduler or the file says, slots per host)
-hosts=() slots=() have_slots=0 slot_rule="" local_run=0
+hosts=() slots=() have_slots=0 slot_rule="" local_run=0 file_mpi_args=""
 slurm_list=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}
 if [ -n "$opt_hostfile" ]; then
     read_hostfile "$opt_hostfile" 0
@@ -308,6 +313,10 @@ else
     for i in "${!hosts[@]}"; do hostarg+="${hostarg:+,}${hosts[i]}:${slots[i]}"; done
     cmd+=(--host "$hostarg")
 fi
+if [ -n "$file_mpi_args" ]; then      # what a cluster needs to reach its hosts (scripts/cluster.sh)
+    read -r -a extra <<<"$file_mpi_args"
+    cmd+=("${extra[@]}")
+fi
 if [ -n "$opt_mpi_args" ]; then
     read -r -a extra <<<"$opt_mpi_args"
     cmd+=("${extra[@]}")
@@ -325,6 +334,7 @@ quote() {
 }
 echo "launch: $where"
 echo "launch: $ranks_line"
+[ -z "$file_mpi_args" ] || echo "launch: mpirun options from the hostfile: $file_mpi_args"
 if [ "${EUID:-$(id -u)}" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     echo "launch: as root: exported OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"

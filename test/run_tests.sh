@@ -100,6 +100,7 @@ suite failures      full 3 bash test/test_failures.sh
 suite mixed-precision full 1 bash test/test_mixed_precision.sh
 suite ps-async      full 3 bash test/test_ps_async.sh
 suite planner       full 2 bash test/test_planner.sh
+suite cluster       full 3 bash test/test_cluster.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # gpu-bundle is the GPU bundle's run.sh --quick against the emulated binaries, and with it the CUDA

@@ -12,6 +12,7 @@
 #include "rank_figures.h"
 #include "trace.h"
 #include "profile_report.h"
+#include "../parallel/mesh_nodes.h"
 
 // ---- before training
 
@@ -58,6 +59,7 @@ static inline void plan_print_layout(Plan* plan) {
         return;
     }
     mesh_print(&plan->mesh);
+    mesh_print_nodes(&plan->mesh);   // on several nodes: which groups cross the link between them
     if (plan->npp > 1) {
         pp_print_plan(&plan->pp, &m->config, plan->pp_split.empty() ? NULL : plan->pp_split.data(), plan->args->pp_print);
         if (plan->args->sample_every > 0) { printf("note: no samples with --pp: generation runs the whole model on one rank\n"); }
