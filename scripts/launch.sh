@@ -334,7 +334,7 @@ quote() {
 }
 echo "launch: $where"
 echo "launch: $ranks_line"
-[ -z "$file_mpi_args" ] || echo "launch: mpirun options from the hostfile: $file_mpi_args"
+[ -z "$file_mpi_args" ] || echo "launch: the hostfile's mpirun options: $file_mpi_args"
 if [ "${EUID:-$(id -u)}" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     echo "launch: as root: exported OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"

@@ -3,7 +3,9 @@
 # PBS), how many ranks it picks (GPUs, slots, CPU defaults, --np) and the mpirun line it prints.
 #   one machine / hostfile of this host:  --dry-run lines, then real mpirun runs (2 ranks)
 #   Slurm, PBS, several hosts:            --dry-run only (the hosts do not exist), from faked
-#                                         SLURM_* / PBS_* variables and files
+#                                         SLURM_* / PBS_* variables and files (real runs on
+#                                         several hosts: test/test_cluster.sh, on the nodes that
+#                                         scripts/cluster.sh makes on this machine)
 #   GPUs:                                 CUDA_VISIBLE_DEVICES, a fake nvidia-smi
 #   the program's arguments, --tp/--dp, bad options, a missing hostfile, a missing mpirun
 # Runs in a clean environment: no scheduler variables, no HOSTFILE, and a fake nvidia-smi that
@@ -118,6 +120,11 @@ expect "hostfile: --np 6 over 4 slots sets the total and oversubscribes" 0 "--np
     "line:mpirun -np 6 --oversubscribe --host hostA:3,hostB:1 ./prog"
 run $L --dry-run --hostfile "$T/hf_two" --ranks-per-node 2 -- ./prog
 expect "hostfile: --ranks-per-node 2 wins over the slots" 0 "line:mpirun -np 4 --host hostA:2,hostB:2 ./prog"
+printf '# launch.sh mpirun options: --mca plm_rsh_agent /x/rsh --mca btl self,tcp\nhostA slots=2\nhostB slots=2\n' >"$T/hf_opts"
+run $L --dry-run --hostfile "$T/hf_opts" --mpi-args "--map-by node" -- ./prog
+expect "hostfile with a '# launch.sh mpirun options:' line: its options, then --mpi-args, before the program" 0 \
+    "the hostfile's mpirun options: --mca plm_rsh_agent /x/rsh --mca btl self,tcp" \
+    "line:mpirun -np 4 --host hostA:2,hostB:2 --mca plm_rsh_agent /x/rsh --mca btl self,tcp --map-by node ./prog"
 
 # ---- Slurm, simulated
 SL=(env SLURM_JOB_ID=1 "SLURM_JOB_NODELIST=node[01-03,07]")
