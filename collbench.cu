@@ -7,7 +7,9 @@
 //
 // What one run does:
 //   1. a ping-pong between ranks 0 and 1 measures alpha (seconds per message) and beta
-//      (seconds per byte) of the transport, and prints them;
+//      (seconds per byte) of the transport, and prints them; when the ranks span several
+//      nodes (see "Nodes and links" below), a second ping-pong between rank 0 and the first
+//      rank of node 1 measures the link between nodes;
 //   2. for every size from -b to -e (times -f) and every algorithm of the primitive (-a): one
 //      checked run against the native result (#wrong), -w warm-up runs, then -n timed runs;
 //      one line per (size, algorithm) with nccl-tests' columns plus the model's time;
@@ -39,6 +41,27 @@
 //        collbench.cu -o collbenchcu $(mpicxx --showme:link) -lnccl     (make collbenchcu)
 //   mpirun -np 4 ./collbenchcu -p allreduce -a all -b 8 -e 256M -f 4 [-S 1]
 //
+// Nodes and links. MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) tells which ranks share a node
+// (for Open MPI: a host; each network namespace of an emulated cluster is one). When the ranks
+// span several nodes of equal size n with consecutive ranks (node k = ranks [k n, (k+1) n)),
+// collbench prints "# nodes: m x n ranks (names)", measures two links, inside a node (rank
+// 0 <-> 1, when n >= 2: alpha, beta) and between nodes (rank 0 <-> n: alpha', beta'), makes
+// n the default of -N, and the model of each algorithm puts each step on the link it uses:
+//   flat ring all-reduce:  every step has one pair crossing into the next node, so every step
+//                          runs at the slow link's pace: 2 (p-1) (alpha' + S/p beta');
+//   hierarchical:          steps 1 and 3 inside, step 2 between nodes, where the n ranks of a
+//                          node cross at once and share the node's one network link (n beta');
+//   hierarchical_leader:   tree reduce and broadcast inside, the leaders' ring between nodes
+//                          (one flow per node);
+//   recursive doubling/halving, Rabenseifner: the butterfly steps whose partners sit on
+//                          different nodes (distance >= n) cross, all ranks of a node at once;
+//   the others (tree, parameter server, Bruck, pairwise): the slow link for every step.
+// One link per node is the assumption (our namespaces' veth, one NIC); a node with one NIC per
+// GPU would give each flow its own link. One node, or an irregular layout (nodes of unequal
+// size, ranks not in consecutive blocks: said on a "# nodes:" line): one link, rank 0 <-> 1,
+// for every step, the sqrt rule for -N, and the output of a one-node run has no "# nodes:" line.
+// -L FILE writes the measured links for the planner (train_gpt2cpu --plan all --links FILE).
+//
 // Adding an algorithm = one row of ALGOS below: primitive, name, a call (one of the ALGO_*
 // macros adapts the algorithm's signature), and its alpha-beta model (a ModelFn, or NULL).
 #include "llmc/common.h"
@@ -64,10 +87,10 @@ int main() {
 #ifdef LLMC_CUDA_COMM
 #define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)
 #define COLLBENCH_PROG "collbenchcu"
-#define COLLBENCH_FLAGS "befnwcdorpasNRS"
+#define COLLBENCH_FLAGS "befnwcdorpasNRLS"
 #else
 #define COLLBENCH_PROG "collbenchcpu"
-#define COLLBENCH_FLAGS "befnwcdorpasNR"
+#define COLLBENCH_FLAGS "befnwcdorpasNRL"
 #endif
 
 // --- the benchmarked buffers: host memory (CPU build) or device memory (CUDA build)
@@ -146,8 +169,19 @@ static double busbw_factor(Prim pr, int p) {
 // One uniform call for every primitive: count is the full buffer's elements (all-to-all: per
 // pair of ranks). Each wrapper ignores the arguments its primitive does not take.
 typedef void (*RunFn)(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op, int root);
+
+// The links the model uses, measured by the ping-pong (see "Nodes and links" at the top):
+// inside a node (a, b) and between nodes (a2, b2), seconds per message and per byte. On one
+// node, or when the nodes are irregular, there is one link: a2 = a, b2 = b, node = p, and
+// every formula below reduces to its one-link form.
+struct Links {
+    double a, b;       // inside a node
+    double a2, b2;     // between nodes
+    int node;          // ranks per node: node k = ranks [k node, (k+1) node); p on one node
+    bool spans;        // the ranks span several nodes of `node` ranks each
+};
 // The alpha-beta model: predicted seconds for S bytes on p ranks.
-typedef double (*ModelFn)(double alpha, double beta, double S, int p);
+typedef double (*ModelFn)(const Links& L, double S, int p);
 
 struct Algo {
     Prim prim;
@@ -157,39 +191,82 @@ struct Algo {
 };
 
 // --- model helpers (formulas from the header of each algorithm's file)
+//
+// One step of `bytes` per rank, inside a node or between nodes. Between nodes, `flows` ranks
+// of a node send across at the same time, and they share the node's one network link: each
+// sees flows x beta' per byte. The assumption, made once here: a node has ONE network link
+// (our namespaces' veth, a node with one NIC). A node with one NIC per GPU (a DGX: 8 GPUs,
+// 8 NICs) gives each flow its own link, and there the factor would be 1.
+static double intra_step(const Links& L, double bytes) { return L.a + bytes * L.b; }
+static double inter_step(const Links& L, double bytes, int flows) { return L.a2 + bytes * L.b2 * flows; }
 
 static int floor_log2(int p) { int l = 0; while ((2 << l) <= p) { l++; } return l; }
 static int ceil_log2(int p) { int l = 0; while ((1 << l) < p) { l++; } return l; }
 static bool pow2(int p) { return (p & (p - 1)) == 0; }
-// recursive.h's fold-in for p that is not a power of two: one extra step of whole buffers
-// (alpha + S beta) before and after the power-of-two core, for the ranks r < 2 rem
-static double fold_cost(double a, double b, double S, int p) { return pow2(p) ? 0.0 : 2.0 * (a + S * b); }
 
-// ring.h
-static double m_ring_rs(double a, double b, double S, int p) { return (p - 1) * a + (p - 1.0) / p * S * b; }
-static double m_ring_ar(double a, double b, double S, int p) { return 2.0 * m_ring_rs(a, b, S, p); }
-static double m_ring_bcast(double a, double b, double S, int p) {
+// ring.h. A flat ring over nodes of consecutive ranks: in every step the last rank of each node
+// sends to the next node's first (one flow leaves each node), so every step takes the slow
+// link's time: 2 (p-1) (alpha' + S/p beta') for the all-reduce. On one node: the one link.
+static double m_ring_rs(const Links& L, double S, int p) { return (p - 1) * inter_step(L, S / p, 1); }
+static double m_ring_ar(const Links& L, double S, int p) { return 2.0 * m_ring_rs(L, S, p); }
+static double m_ring_bcast(const Links& L, double S, int p) {     // the chain crosses every node boundary
     double C = std::min(S, (double)RING_BROADCAST_CHUNK_BYTES);
     double chunks = C > 0 ? ceil(S / C) : 0;
-    return (p - 1 + chunks - 1) * (a + C * b);
+    return (p - 1 + chunks - 1) * inter_step(L, C, 1);
 }
-// tree.h
-static double m_tree(double a, double b, double S, int p) { return ceil_log2(p) * (a + S * b); }
-// recursive.h
-static double m_rd_ar(double a, double b, double S, int p) { return floor_log2(p) * (a + S * b) + fold_cost(a, b, S, p); }
-static double m_rh_rs(double a, double b, double S, int p) {
-    int p2 = 1 << floor_log2(p);
-    return floor_log2(p) * a + (p2 - 1.0) / p2 * S * b + fold_cost(a, b, S, p);
+// tree.h: every round on the slow link (a round whose pairs all stay inside nodes is charged
+// as if it crossed: an upper bound, exact on one node)
+static double m_tree(const Links& L, double S, int p) { return ceil_log2(p) * inter_step(L, S, 1); }
+
+// recursive.h. The butterfly pairs virtual rank v with v XOR mask, mask = 1, 2, 4, .. (doubling)
+// or .., 2, 1 (halving); with nodes of n consecutive ranks (n a power of two, p too) the steps
+// with mask >= n cross nodes, all n ranks of a node at once. The fold (p not a power of two)
+// moves the real ranks, so walk the pairs: a step's time is that of its slowest link, the
+// busiest node's `flows` sharing the slow one.
+static double butterfly_step(const Links& L, int p, int mask, double bytes) {
+    if (!L.spans) { return intra_step(L, bytes); }
+    Fold f = fold_make(p, 0);
+    std::vector<int> out(p / L.node, 0);
+    int flows = 0;
+    for (int v = 0; v < f.p2; v++) {
+        int x = fold_real(f, v), y = fold_real(f, v ^ mask);
+        if (x / L.node != y / L.node) { flows = std::max(flows, ++out[x / L.node]); }
+    }
+    return flows > 0 ? inter_step(L, bytes, flows) : intra_step(L, bytes);
 }
-static double m_raben(double a, double b, double S, int p) {
+// the fold-in and fold-out of p that is not a power of two: one whole-buffer step each, even
+// r < 2 rem with r + 1
+static double fold_cost(const Links& L, double S, int p) {
+    if (pow2(p)) { return 0.0; }
+    Fold f = fold_make(p, 0);
+    std::vector<int> out(p / L.node, 0);
+    int flows = 0;
+    for (int r = 0; r < 2 * f.rem; r += 2) {
+        if (L.spans && r / L.node != (r + 1) / L.node) { flows = std::max(flows, ++out[r / L.node]); }
+    }
+    return 2.0 * (flows > 0 ? inter_step(L, S, flows) : intra_step(L, S));
+}
+static double m_rd_ar(const Links& L, double S, int p) {          // whole buffers, mask 1, 2, 4, ..
+    double t = fold_cost(L, S, p);
+    for (int mask = 1; mask < (1 << floor_log2(p)); mask *= 2) { t += butterfly_step(L, p, mask, S); }
+    return t;
+}
+// halving reduce-scatter (mask p2/2 with S/2 first, .., mask 1 with S/p2) and doubling
+// all-gather (the same pairs in reverse): at distance mask a rank sends S mask / p2
+static double m_rh_rs(const Links& L, double S, int p) {
     int p2 = 1 << floor_log2(p);
-    return 2 * floor_log2(p) * a + 2.0 * (p2 - 1.0) / p2 * S * b + fold_cost(a, b, S, p);
+    double t = fold_cost(L, S, p);
+    for (int mask = 1; mask < p2; mask *= 2) { t += butterfly_step(L, p, mask, S * mask / p2); }
+    return t;
+}
+static double m_raben(const Links& L, double S, int p) {           // halving + doubling, one fold
+    return 2.0 * m_rh_rs(L, S, p) - fold_cost(L, S, p);
 }
 
-// alltoall.h, bruck.h (S = the p blocks a rank sends; n = S/p per pair)
-static double m_pairwise(double a, double b, double S, int p) { return (p - 1) * a + (p - 1.0) / p * S * b; }
-static double m_bruck_ag(double a, double b, double S, int p) { return ceil_log2(p) * a + (p - 1.0) / p * S * b; }
-static double m_bruck_a2a(double a, double b, double S, int p) { return ceil_log2(p) * (a + S / 2 * b); }
+// alltoall.h, bruck.h (S = the p blocks a rank sends; n = S/p per pair): the slow link
+static double m_pairwise(const Links& L, double S, int p) { return (p - 1) * inter_step(L, S / p, 1); }
+static double m_bruck_ag(const Links& L, double S, int p) { return ceil_log2(p) * L.a2 + (p - 1.0) / p * S * L.b2; }
+static double m_bruck_a2a(const Links& L, double S, int p) { return ceil_log2(p) * inter_step(L, S / 2, 1); }
 
 // Algorithms with a parameter of their own: the servers of ps.h (-s), the node size of
 // hierarchical.h (-N) and the grid of torus.h (rows x cols, rows the largest divisor of p
@@ -200,23 +277,52 @@ static int default_node_size(int p) {                   // the largest divisor o
     for (int d = 1; d * d <= p; d++) { if (p % d == 0) { n = d; } }
     return n;
 }
-// ps.h: the servers' links carry (p-1) S/s each way
-static double m_ps(double a, double b, double S, int p) { return 2 * (p - 1) * (a + S / g_servers * b); }
-// hierarchical.h with nodes of n ranks and m = p/n nodes (one machine: the same alpha, beta inside and across)
-static double m_hier_n(double a, double b, double S, int p, int n) {
-    int m = p / n;
-    return 2 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + 2 * (m - 1) * a + 2.0 * (m - 1) / m * (S / n) * b;
-}
-static double m_hier(double a, double b, double S, int p) { return m_hier_n(a, b, S, p, g_node); }
-static double m_torus(double a, double b, double S, int p) { return m_hier_n(a, b, S, p, g_cols); }
+// ps.h: the servers' links carry (p-1) S/s each way (the slow link)
+static double m_ps(const Links& L, double S, int p) { return 2 * (p - 1) * inter_step(L, S / g_servers, 1); }
 
-// The sub-communicators of hierarchical and torus are made once (a HierPlan) and reused, so
-// that collbench times the algorithm, not two MPI_Comm_split per call.
+// hierarchical.h with a schedule of nodes of n ranks, m = p/n of them. When the schedule's
+// nodes are the machine's (n = L.node): steps 1 and 3 inside a node, step 2 between nodes with
+// all n ranks of a node crossing at once (n flows on the node's one link). On one node: the
+// one link everywhere, one flow. A schedule whose nodes are not the machine's (-N not the
+// node size): every step on the slow link, one flow (a lower bound; say so in the header).
+static void hier_links(const Links& L, int n, Links* in, int* flows) {
+    bool machine_nodes = L.spans && n == L.node;
+    *in = L;
+    if (L.spans && !machine_nodes) { in->a = L.a2; in->b = L.b2; }
+    *flows = machine_nodes ? n : 1;
+}
+// reduce-scatter -> all-reduce (ring, S/n each) -> all-gather
+static double m_hier_n(const Links& L, double S, int p, int n) {
+    int m = p / n, flows;
+    Links in;
+    hier_links(L, n, &in, &flows);
+    return 2 * (n - 1) * intra_step(in, S / n) + 2 * (m - 1) * inter_step(L, S / n / m, flows);
+}
+// the leader variant: tree reduce -> all-reduce among the leaders (ring, the whole buffer, one
+// flow per node) -> tree broadcast
+static double m_leader_n(const Links& L, double S, int p, int n) {
+    int m = p / n, flows;
+    Links in;
+    hier_links(L, n, &in, &flows);
+    return 2 * ceil_log2(n) * intra_step(in, S) + 2 * (m - 1) * inter_step(L, S / m, 1);
+}
+static double m_hier(const Links& L, double S, int p) { return m_hier_n(L, S, p, g_node); }
+static double m_leader(const Links& L, double S, int p) { return m_leader_n(L, S, p, g_node); }
+static double m_torus(const Links& L, double S, int p) { return m_hier_n(L, S, p, g_cols); }
+
+// The sub-communicators of hierarchical (both variants) and torus are made once (a HierPlan)
+// and reused, so that collbench times the algorithm, not two MPI_Comm_split per call.
 static HierPlan g_hier_plan, g_torus_plan;
 static bool g_have_hier = false, g_have_torus = false;
-static void allreduce_hier_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+static HierPlan* hier_plan_bench(Comm* c) {
     if (!g_have_hier) { g_hier_plan = hier_plan_make(c, "allreduce_hierarchical", g_node); g_have_hier = true; }
-    allreduce_hierarchical_plan(c, &g_hier_plan, s, r, n, t, op, HIER_INTER_RING);
+    return &g_hier_plan;
+}
+static void allreduce_hier_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    allreduce_hierarchical_plan(c, hier_plan_bench(c), s, r, n, t, op, HIER_INTER_RING);
+}
+static void allreduce_leader_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    allreduce_hierarchical_leader_plan(c, hier_plan_bench(c), s, r, n, t, op, HIER_INTER_RING);
 }
 static void allreduce_torus_bench(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
     if (!g_have_torus) {
@@ -252,6 +358,7 @@ static const Algo ALGOS[] = {
     ALGO_REDUCE(P_ALLREDUCE, "rabenseifner", allreduce_rabenseifner, m_raben),
     ALGO_REDUCE(P_ALLREDUCE, "parameter_server", allreduce_ps_bench, m_ps),
     ALGO_REDUCE(P_ALLREDUCE, "hierarchical", allreduce_hier_bench, m_hier),
+    ALGO_REDUCE(P_ALLREDUCE, "hierarchical_leader", allreduce_leader_bench, m_leader),
     ALGO_REDUCE(P_ALLREDUCE, "torus2d", allreduce_torus_bench, m_torus),
 
     ALGO_REDUCE(P_REDUCE_SCATTER, "native", reduce_scatter_native, NULL),
@@ -290,7 +397,8 @@ struct Opts {
     Prim prim = P_ALLREDUCE;
     std::string algos = "all";
     int servers = 1;     // -s: parameter_server
-    int node = 0;        // -N: hierarchical; 0 = the largest divisor of p <= sqrt(p)
+    int node = 0;        // -N: hierarchical; 0 = the node size (ranks span nodes), else the largest divisor of p <= sqrt(p)
+    const char* links = NULL;   // -L: write the links file the planner reads
     int staged = 0;      // -S: device build: host-staged wire even where NCCL could run
 };
 
@@ -309,8 +417,11 @@ static void usage(void) {
            "  -p PRIM    allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, alltoall\n"
            "  -a ALGOS   comma-separated algorithm names, or all (default): every one that implements PRIM\n"
            "  -s N       parameter_server: number of servers (default 1)\n"
-           "  -N N       hierarchical: ranks per node (default: the largest divisor of p <= sqrt p);\n"
-           "             torus2d uses a rows x cols grid with rows = that divisor\n"
+           "  -N N       hierarchical, hierarchical_leader: ranks per node (default: the ranks per node\n"
+           "             when they span several nodes of equal size, else the largest divisor of p\n"
+           "             <= sqrt p); torus2d uses a rows x cols grid with rows = that divisor\n"
+           "  -L FILE    write the measured links to FILE for the planner (train_gpt2cpu --plan all\n"
+           "             --links FILE): 'intra ALPHA_US GB_PER_S', and 'inter ...' when the ranks span nodes\n"
 #ifdef COLLBENCH_DEVICE
            "  -S 0|1     device buffers over the host-staged wire (pinned copies + MPI) instead of NCCL;\n"
            "             chosen anyway when ranks share a GPU (default 0)\n"
@@ -392,6 +503,10 @@ static Opts parse_opts(int argc, char** argv) {
             case 'R': o.rounds = (int)parse_int(f, v, 1, 1000000); break;
             case 'N': o.node = (int)parse_int(f, v, 1, 1 << 30); break;
             case 'S': o.staged = (int)parse_int(f, v, 0, 1); break;
+            case 'L':
+                if (*v == '\0') { die("collbench: -L wants a file name"); }
+                o.links = v;
+                break;
         }
     }
     if (o.minbytes > o.maxbytes) { die("collbench: -b %zu is larger than -e %zu", o.minbytes, o.maxbytes); }
@@ -451,41 +566,112 @@ static void result_range(Prim pr, const Comm* c, size_t count, int root, size_t*
     if ((pr == P_REDUCE || pr == P_GATHER) && c->rank != root) { *n = 0; }
 }
 
-// --- alpha and beta: a ping-pong between ranks 0 and 1 over the transport
+// --- the nodes: which ranks share a machine (Open MPI's idea of a node)
 
-static double pingpong_half_rtt(Comm* c, void* buf, size_t bytes, int reps) {
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups the ranks that can share memory: one group
+// per node (a network namespace of our emulated cluster counts as one, its own hostname and
+// /dev/shm). The layout is "regular" when every node has the same number n of ranks and node
+// k holds ranks [k n, (k+1) n), the layout hierarchical.h assumes.
+struct Nodes {
+    int count = 1;                  // nodes
+    int per_node = 1;               // ranks per node when regular
+    bool regular = true;
+    std::vector<int> sizes;         // ranks per node, in the order of their first rank
+    std::vector<std::string> names; // each node's processor name (MPI_Get_processor_name of its first rank)
+    std::vector<int> first;         // per rank: the first rank of its node
+};
+
+static Nodes find_nodes(const Comm* c) {
+    int p = c->size;
+    MPI_Comm node;
+    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    int mine[2] = {c->rank, 0};                       // the node's first world rank, its size
+    MPI_Allreduce(&c->rank, &mine[0], 1, MPI_INT, MPI_MIN, node);
+    MPI_Comm_size(node, &mine[1]);
+    MPI_Comm_free(&node);
+    std::vector<int> all(2 * (size_t)p);
+    MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, c->mpi);
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::vector<char> names((size_t)p * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, c->mpi);
+    Nodes n;
+    n.sizes.clear();
+    for (int r = 0; r < p; r++) {
+        if (all[2 * r] == r) {                         // r is its node's first rank
+            n.sizes.push_back(all[2 * r + 1]);
+            n.names.push_back(std::string(&names[(size_t)r * MPI_MAX_PROCESSOR_NAME]));
+        }
+    }
+    for (int r = 0; r < p; r++) { n.first.push_back(all[2 * r]); }
+    n.count = (int)n.sizes.size();
+    n.per_node = all[1];
+    for (int r = 0; r < p; r++) {
+        n.regular = n.regular && all[2 * r + 1] == n.per_node && all[2 * r] == r / n.per_node * n.per_node;
+    }
+    return n;
+}
+
+// --- alpha and beta: a ping-pong between two ranks over the transport
+
+static double pingpong_half_rtt(Comm* c, void* buf, size_t bytes, int reps, int x, int y) {
     double best = 1e30;
     for (int k = 0; k < reps + 2; k++) {                    // two warm-up round trips
         MPI_Barrier(c->mpi);
         double t0 = MPI_Wtime();
-        if (c->rank == 0) {
-            comm_send(c, buf, bytes, COMM_INT32, 1);
-            comm_recv(c, buf, bytes, COMM_INT32, 1);
-        } else if (c->rank == 1) {
-            comm_recv(c, buf, bytes, COMM_INT32, 0);
-            comm_send(c, buf, bytes, COMM_INT32, 0);
+        if (c->rank == x) {
+            comm_send(c, buf, bytes, COMM_INT32, y);
+            comm_recv(c, buf, bytes, COMM_INT32, y);
+        } else if (c->rank == y) {
+            comm_recv(c, buf, bytes, COMM_INT32, x);
+            comm_send(c, buf, bytes, COMM_INT32, x);
         }
         double dt = (MPI_Wtime() - t0) / 2;
         if (k >= 2 && dt < best) { best = dt; }
     }
-    MPI_Bcast(&best, 1, MPI_DOUBLE, 0, c->mpi);
+    MPI_Bcast(&best, 1, MPI_DOUBLE, x, c->mpi);
     return best;
 }
 
-// alpha = half the round trip of a 4-byte message; beta from the slope up to 16 MiB
-static void measure_alpha_beta(Comm* c, double* alpha, double* beta) {
+// ranks x <-> y: alpha = half the round trip of a 4-byte message; beta from the slope up to 16 MiB
+static void measure_alpha_beta(Comm* c, int x, int y, double* alpha, double* beta) {
     *alpha = 0;
     *beta = 0;
     if (c->size < 2) { return; }
     const size_t big = (size_t)16 << 20;
     void* buf = bench_alloc(c, big / 4, COMM_INT32);      // device memory in the device build
     bench_memset(c, buf, 1, big);
-    double t_small = pingpong_half_rtt(c, buf, 1, 200);     // 1 int32 = 4 bytes
-    double t_big = pingpong_half_rtt(c, buf, big / 4, 10);
+    double t_small = pingpong_half_rtt(c, buf, 1, 200, x, y);     // 1 int32 = 4 bytes
+    double t_big = pingpong_half_rtt(c, buf, big / 4, 10, x, y);
     *alpha = t_small;
     *beta = std::max(t_big - t_small, 0.0) / (double)(big - 4);
     bench_free(buf);
     comm_reset_counters(c);
+}
+
+// -L FILE: the links file the planner reads (./train_gpt2cpu --plan all --links FILE,
+// llmc/planner/machine.h): "intra ALPHA_US GB_PER_S" and "inter ALPHA_US GB_PER_S", the
+// links measured and nothing else. Ranks spanning nodes: both lines (the inter line only for
+// nodes of one rank). One node: the intra line only; nothing between nodes was measured, and
+// the planner keeps its --machine's link for a missing line (it needs one of the two). An
+// irregular layout: the one link 0 <-> 1, as intra or inter by where ranks 0 and 1 sit. Rank 0
+// writes FILE.tmp and renames it (common.h), so a reader never sees half a file.
+static void write_links(const char* path, const Nodes& nodes, bool have_intra, const Links& L) {
+    std::string tmp;
+    FILE* f = fopen_tmp_for_write(path, &tmp);
+    if (L.spans) {
+        fprintf(f, "# collbench: %d nodes x %d rank(s); ping-pong %srank 0 <-> %d (inter)\n", nodes.count,
+                nodes.per_node, have_intra ? "rank 0 <-> 1 (intra), " : "", nodes.per_node);
+        if (have_intra) { fprintf(f, "intra %.3f %.6g\n", L.a * 1e6, 1e-9 / L.b); }
+        fprintf(f, "inter %.3f %.6g\n", L.a2 * 1e6, 1e-9 / L.b2);
+    } else {
+        bool same_node = nodes.first[0] == nodes.first[1];
+        fprintf(f, "# collbench: %s: one link, ping-pong rank 0 <-> 1 (%s)\n",
+                nodes.count == 1 ? "one node" : "nodes of an irregular layout", same_node ? "intra" : "inter");
+        fprintf(f, "%s %.3f %.6g\n", same_node ? "intra" : "inter", L.a * 1e6, 1e-9 / L.b);
+    }
+    fclose_and_rename(f, tmp, path);
 }
 
 // gamma: seconds per byte of the local reduce (comm_reduce_local, fp32 sum, 16 MiB), which the
@@ -554,17 +740,36 @@ int main(int argc, char** argv) {
     bool rooted = o.prim == P_BROADCAST || o.prim == P_REDUCE || o.prim == P_GATHER || o.prim == P_SCATTER;
     if (o.root >= p) { die("collbench: -r %d is out of range for %d ranks", o.root, p); }
     if (o.servers > p) { die("collbench: -s %d servers is more than the %d ranks", o.servers, p); }
+    if (o.links && p < 2) { die("collbench: -L needs at least 2 ranks (the links come from a ping-pong)"); }
     g_servers = o.servers;
-    g_node = o.node > 0 ? o.node : default_node_size(p);
+    // Nodes and links: when the ranks span several nodes of equal size n with consecutive ranks,
+    // two links, each measured by the ping-pong: inside a node (rank 0 <-> 1, when n >= 2) and
+    // between nodes (rank 0 <-> n). Otherwise (one node, or an irregular layout) one link,
+    // rank 0 <-> 1, used for every step of every model.
+    Nodes nodes = find_nodes(&c);
+    bool two_links = nodes.count > 1 && nodes.regular;
+    g_node = o.node > 0 ? o.node : two_links ? nodes.per_node : default_node_size(p);
     if (p % g_node != 0) { die("collbench: -N %d does not divide the %d ranks into whole nodes", g_node, p); }
     g_rows = default_node_size(p);
     g_cols = p / g_rows;
     std::vector<const Algo*> algos = select_algos(o);
     size_t tsize = comm_type_size(o.type);
 
-    double alpha, beta;
-    measure_alpha_beta(&c, &alpha, &beta);
+    Links L;
+    bool have_intra = !two_links || nodes.per_node >= 2;    // nodes of one rank: no link inside a node
+    if (have_intra) { measure_alpha_beta(&c, 0, 1, &L.a, &L.b); }
+    if (two_links) { measure_alpha_beta(&c, 0, nodes.per_node, &L.a2, &L.b2); }
+    if (!two_links) { L.a2 = L.a; L.b2 = L.b; }
+    if (!have_intra) { L.a = L.a2; L.b = L.b2; }
+    L.node = two_links ? nodes.per_node : p;
+    L.spans = two_links;
     double gamma = measure_gamma(&c);
+    if (o.links) {
+        if (!(L.b > 0) || !(L.b2 > 0)) {
+            die("collbench: -L: the ping-pong measured no time per byte (beta = 0), no bandwidth to write to '%s'", o.links);
+        }
+        if (c.rank == 0) { write_links(o.links, nodes, have_intra, L); }
+    }
 
     // buffers for the largest size: send (full), recv (full), and the native reference; host
     // memory in the CPU build, device memory in the device build, with host copies of the data
@@ -593,16 +798,48 @@ int main(int argc, char** argv) {
 #ifdef COLLBENCH_DEVICE
         printf("# time: wall clock (MPI_Wtime) after cudaDeviceSynchronize; #wrong: results copied back to the host\n");
 #endif
+        auto link_line = [](const char* what, double a, double b) {
+            printf("# ping-pong %s: alpha = %.2f us per message, beta = %.4f ns per byte (1/beta = %.2f GB/s)\n",
+                   what, a * 1e6, b * 1e9, b > 0 ? 1e-9 / b : 0.0);
+        };
+        if (nodes.count > 1) {
+            std::string names;
+            for (int k = 0; k < nodes.count && k < 8; k++) { names += (k ? ", " : "") + nodes.names[k]; }
+            if (nodes.count > 8) { names += ", ..."; }
+            if (two_links) {
+                printf("# nodes: %d x %d rank%s (%s)\n", nodes.count, nodes.per_node, nodes.per_node == 1 ? "" : "s", names.c_str());
+            } else {
+                std::string sizes;
+                for (int k = 0; k < nodes.count; k++) { sizes += (k ? ", " : "") + std::to_string(nodes.sizes[k]); }
+                printf("# nodes: %d (%s) of %s ranks, not consecutive blocks of equal size: one link, rank 0 <-> 1, "
+                       "for every step of every model\n", nodes.count, names.c_str(), sizes.c_str());
+            }
+        }
         if (p >= 2) {
-            printf("# ping-pong rank 0 <-> 1: alpha = %.2f us per message, beta = %.4f ns per byte (1/beta = %.2f GB/s)\n",
-                   alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0);
+            if (two_links) {
+                char what[64];
+                if (have_intra) { link_line("rank 0 <-> 1 (inside a node)", L.a, L.b); }
+                snprintf(what, sizeof(what), "rank 0 <-> %d (between nodes)", nodes.per_node);
+                link_line(what, L.a2, L.b2);
+                printf("# model: steps between nodes on the second link; the ranks of a node that cross at once share "
+                       "its one network link\n");
+                if (g_node != nodes.per_node) {
+                    printf("# hierarchical: -N %d is not the %d ranks of a node: its models put every step on the slow link\n",
+                           g_node, nodes.per_node);
+                }
+            } else if (nodes.count > 1) {       // irregular: the one link, wherever ranks 0 and 1 are
+                link_line(nodes.first[0] == nodes.first[1] ? "rank 0 <-> 1 (inside a node)" : "rank 0 <-> 1 (between nodes)", L.a, L.b);
+            } else {
+                link_line("rank 0 <-> 1", L.a, L.b);
+            }
             printf("# local reduce (not in the model): gamma = %.4f ns per byte (%.2f GB/s) on rank 0\n",
                    gamma * 1e9, gamma > 0 ? 1e-9 / gamma : 0.0);
+            if (o.links) { printf("# links written to %s (the planner's --links)\n", o.links); }
         } else {
             printf("# one rank: no ping-pong, no model\n");
         }
         if (o.prim == P_ALLREDUCE) {
-            printf("# parameter_server: %d server(s); hierarchical: nodes of %d ranks; torus2d: %d x %d grid\n",
+            printf("# parameter_server: %d server(s); hierarchical, hierarchical_leader: nodes of %d ranks; torus2d: %d x %d grid\n",
                    g_servers, g_node, g_rows, g_cols);
         }
         printf("# size is the full buffer S; busbw = algbw x %.3f (nccl-tests' factor for %s)\n",
@@ -668,7 +905,7 @@ int main(int argc, char** argv) {
             rows.push_back({a, bytes, busbw});
             if (c.rank == 0) {
                 char model[32] = "-", ratio[32] = "-", wr[32] = "N/A";
-                if (a->model != NULL && p >= 2) { snprintf(model, sizeof(model), "%.1f", a->model(alpha, beta, (double)bytes, p) * 1e6); }
+                if (a->model != NULL && p >= 2) { snprintf(model, sizeof(model), "%.1f", a->model(L, (double)bytes, p) * 1e6); }
                 if (native_busbw > 0 && busbw > 0) { snprintf(ratio, sizeof(ratio), "%.2f", busbw / native_busbw); }
                 if (o.check) { snprintf(wr, sizeof(wr), "%ld", wrong); }
                 char rootcol[16];

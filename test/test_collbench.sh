@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of collbench (collbench.cu): a short sweep of small sizes with the data check on,
 # for every primitive and every algorithm, on 2 and 3 ranks; the total #wrong must be 0.
-# Then bad flags: every rank must print the one-line error and the job must fail, not hang.
+# Then -L (the links file, one node) and bad flags: every rank must print the one-line error
+# and the job must fail, not hang.
 set -u
 cd "$(dirname "$0")/.."
 if ! command -v mpirun >/dev/null; then
@@ -39,6 +40,19 @@ else
     echo "FAIL collbench allreduce bf16 avg p=3"; tail -5 <<<"$out"; status=1
 fi
 
+# -L FILE on one node: the planner's links file with the intra line only (no link between nodes
+# was measured), written whole (no FILE.tmp left behind)
+mkdir -p build/test
+links=build/test/collbench_links.txt
+rm -f "$links" "$links.tmp"
+out=$(timeout 120 $MPIRUN -np 2 ./collbenchcpu -p allreduce -a ring -b 4 -e 64 -f 16 -n 1 -w 0 -R 1 -L "$links" 2>&1)
+if [ $? -eq 0 ] && [ -f "$links" ] && [ ! -e "$links.tmp" ] && [ "$(grep -cE '^intra [0-9.]+ [0-9.e+]+$' "$links")" = 1 ] &&
+   ! grep -q '^inter' "$links" && grep -q "^# links written to $links" <<<"$out"; then
+    echo "PASS collbench -L one node: $(grep '^intra' "$links")"
+else
+    echo "FAIL collbench -L one node: $(cat "$links" 2>/dev/null | tr '\n' '|') $(tail -3 <<<"$out")"; status=1
+fi
+
 # expect_error NAME PATTERN ARGS...: the job fails, without hanging, and prints PATTERN
 expect_error() {
     local name=$1 pattern=$2; shift 2
@@ -61,4 +75,5 @@ expect_error "unknown flag" "error: collbench: unknown flag '-z'" -z 3
 expect_error "bad type" "error: collbench: -d wants float, bf16 or int32, got 'fp64'" -d fp64
 expect_error "bad algorithm" "error: collbench: -a: no algorithm 'tree' for allreduce" -p allreduce -a tree
 expect_error "root out of range" "error: collbench: -r 2 is out of range for 2 ranks" -p broadcast -r 2
+expect_error "links file in a missing directory" "cannot open 'build/test/no/such/links.txt.tmp'" -b 4 -e 4 -L build/test/no/such/links.txt
 exit $status

@@ -8,7 +8,7 @@
 //
 //   mpirun -np 4 ./test_collectivescpu           the tests
 //   mpirun -np 2 ./test_collectivescpu --bad X   one bad call (X = root, count, servers, node,
-//                                                grid, alltoallv): must die
+//                                                "leader node", grid, alltoallv): must die
 #ifndef USE_MPI
 #include <stdio.h>
 int main() {
@@ -488,7 +488,7 @@ static void test_alltoallv_pairwise() {
     report(g);
 }
 
-// --- parameter server, hierarchical and torus: algorithm parameters through globals
+// --- parameter server, hierarchical (both variants) and torus: algorithm parameters through globals
 
 static int g_servers = 1, g_node = 1, g_rows = 1, g_cols = 1;
 static HierInter g_inter = HIER_INTER_RING;
@@ -509,6 +509,17 @@ static void allreduce_hier_fn(Comm* c, const void* s, void* r, size_t n, CommTyp
     }
 }
 static CommVolume allreduce_hier_vol(size_t n, CommType t, int p, int r) { return allreduce_hierarchical_volume(n, t, p, r, g_node, g_inter); }
+// the leader variant (reduce -> all-reduce -> broadcast), on the same plan, with the same mix
+static void allreduce_leader_fn(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
+    if (g_hier_calls++ % 4 == 0) {
+        allreduce_hierarchical_leader(c, s, r, n, t, op, g_node, g_inter);
+    } else {
+        allreduce_hierarchical_leader_plan(c, &g_plan, s, r, n, t, op, g_inter);
+    }
+}
+static CommVolume allreduce_leader_vol(size_t n, CommType t, int p, int r) {
+    return allreduce_hierarchical_leader_volume(n, t, p, r, g_node, g_inter);
+}
 static void allreduce_torus_fn(Comm* c, const void* s, void* r, size_t n, CommType t, CommOp op) {
     allreduce_torus2d(c, s, r, n, t, op, g_rows, g_cols);
 }
@@ -560,9 +571,10 @@ static void test_new_allreduces() {
             recursive_done = recursive_done || inter == HIER_INTER_RECURSIVE_DOUBLING;
             g_node = n;
             g_inter = inter;
-            std::string name = "hierarchical node=" + std::to_string(n) + " inter=" + hier_inter_name(inter);
+            std::string shape = "node=" + std::to_string(n) + " inter=" + hier_inter_name(inter);
             g_plan = hier_plan_make(&W, "test", n);
-            test_allreduce(name.c_str(), allreduce_hier_fn, allreduce_hier_vol, false);
+            test_allreduce(("hierarchical " + shape).c_str(), allreduce_hier_fn, allreduce_hier_vol, false);
+            test_allreduce(("hierarchical_leader " + shape).c_str(), allreduce_leader_fn, allreduce_leader_vol, false);
             hier_plan_free(&g_plan);
         }
     }
@@ -570,10 +582,12 @@ static void test_new_allreduces() {
         g_node = p; g_inter = HIER_INTER_RING;
         g_plan = hier_plan_make(&W, "test", g_node);
         test_allreduce(("hierarchical node=" + std::to_string(p) + " inter=ring").c_str(), allreduce_hier_fn, allreduce_hier_vol, false);
+        test_allreduce(("hierarchical_leader node=" + std::to_string(p) + " inter=ring").c_str(), allreduce_leader_fn, allreduce_leader_vol, false);
         hier_plan_free(&g_plan);
         g_node = 1; g_inter = HIER_INTER_RECURSIVE_DOUBLING;
         g_plan = hier_plan_make(&W, "test", g_node);
         test_allreduce("hierarchical node=1 inter=recursive_doubling", allreduce_hier_fn, allreduce_hier_vol, false);
+        test_allreduce("hierarchical_leader node=1 inter=recursive_doubling", allreduce_leader_fn, allreduce_leader_vol, false);
         hier_plan_free(&g_plan);
     }
     for (int rows = 1; rows <= p; rows++) {
@@ -623,6 +637,8 @@ static void bad_call(const char* what) {
         allreduce_parameter_server(&W, &v, &out, 1, COMM_INT32, COMM_SUM, W.size + 1);
     } else if (strcmp(what, "node") == 0) {
         allreduce_hierarchical(&W, &v, &out, 1, COMM_INT32, COMM_SUM, W.size + 1, HIER_INTER_RING);
+    } else if (strcmp(what, "leader node") == 0) {
+        allreduce_hierarchical_leader(&W, &v, &out, 1, COMM_INT32, COMM_SUM, W.size + 1, HIER_INTER_RING);
     } else if (strcmp(what, "grid") == 0) {
         allreduce_torus2d(&W, &v, &out, 1, COMM_INT32, COMM_SUM, 2, W.size);
     } else if (strcmp(what, "alltoallv") == 0) {
@@ -631,7 +647,7 @@ static void bad_call(const char* what) {
         size_t sc[2] = {2, 2}, sd[2] = {0, 2}, rc[2] = {W.rank == 1 ? 3u : 2u, 2}, rd[2] = {0, 3};
         alltoallv_pairwise(&W, sbuf, sc, sd, rbuf, rc, rd, COMM_INT32);
     } else {
-        die("unknown --bad '%s' (root, count, servers, node, grid, alltoallv)", what);
+        die("unknown --bad '%s' (root, count, servers, node, leader node, grid, alltoallv)", what);
     }
     printf("bad call '%s' returned (%d)\n", what, out);
 }

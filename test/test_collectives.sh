@@ -41,6 +41,7 @@ expect_error "bad root" "error: broadcast_tree on rank [01] of communicator 'wor
 expect_error "mismatched counts" "error: allreduce_ring on rank [01] of communicator 'world' (size 2): ranks disagree on the count" --bad count
 expect_error "too many servers" "error: allreduce_parameter_server on rank [01] of communicator 'world' (size 2): 3 servers, want 1 to 2" --bad servers
 expect_error "node size not dividing p" "error: allreduce_hierarchical on rank [01] of communicator 'world' (size 2): node size 3 does not divide the 2 ranks" --bad node
+expect_error "leader node size not dividing p" "error: allreduce_hierarchical_leader on rank [01] of communicator 'world' (size 2): node size 3 does not divide the 2 ranks" --bad "leader node"
 expect_error "torus grid mismatch" "error: allreduce_torus2d on rank [01] of communicator 'world' (size 2): a 2 x 2 grid needs 4 ranks, the communicator has 2" --bad grid
 expect_error "alltoallv count mismatch" "error: alltoallv_pairwise on rank 1 of communicator 'world' (size 2): rank 0 sends 2 elements to this rank, which expects 3" --bad alltoallv
 exit $status

@@ -4,8 +4,8 @@
 // random (order-sensitive) values, every collective on device buffers bit for bit against the
 // same call on host buffers over a host communicator (MPI itself for the native ones), and so
 // every educational algorithm (ring, tree, recursive doubling/halving, Rabenseifner, Bruck,
-// pairwise, parameter server, hierarchical, torus), in place where it has a scratch path for
-// it. Each pass runs on a blocking and on a non-blocking communicator stream.
+// pairwise, parameter server, hierarchical and its leader variant, torus), in place where it has
+// a scratch path for it. Each pass runs on a blocking and on a non-blocking communicator stream.
 // The device path's own machinery:
 //   - scratch: no algorithm on device buffers takes host scratch (comm_host_scratch_count stays
 //     put: a local reduce done on the host would move it too), comm_scratch of a device
@@ -334,6 +334,10 @@ static std::vector<AlgoCase> algo_cases(int p) {
             allreduce_hierarchical(c, in, out, n, t, op, node, HIER_INTER_RING); }, all_of},
         {"allreduce_hierarchical (recursive doubling)", true, [node](Comm* c, void* in, void* out, size_t n, CommType t, CommOp op) {
             allreduce_hierarchical(c, in, out, n, t, op, node, HIER_INTER_RECURSIVE_DOUBLING); }, all_of},
+        {"allreduce_hierarchical_leader (ring)", true, [node](Comm* c, void* in, void* out, size_t n, CommType t, CommOp op) {
+            allreduce_hierarchical_leader(c, in, out, n, t, op, node, HIER_INTER_RING); }, all_of},
+        {"allreduce_hierarchical_leader (recursive doubling) in place", true, [node](Comm* c, void* in, void* out, size_t n, CommType t, CommOp op) {
+            comm_copy(c, out, in, n, t); allreduce_hierarchical_leader(c, out, out, n, t, op, node, HIER_INTER_RECURSIVE_DOUBLING); }, all_of},
         {"allreduce_torus2d", true, [rows](Comm* c, void* in, void* out, size_t n, CommType t, CommOp op) {
             allreduce_torus2d(c, in, out, n, t, op, rows, c->size / rows); }, all_of},
     };

@@ -91,6 +91,8 @@ static const Case CASES[] = {
     {"allreduce hierarchical node=1 inter=recursive_doubling",
      R(allreduce_hierarchical(c, s, r, n, t, op, 1, HIER_INTER_RECURSIVE_DOUBLING)), true},
     {"allreduce hierarchical plan node=1", R(allreduce_hierarchical_plan(c, &g_plan, s, r, n, t, op, HIER_INTER_RING)), true},
+    {"allreduce hierarchical_leader node=1 inter=ring", R(allreduce_hierarchical_leader(c, s, r, n, t, op, 1, HIER_INTER_RING)), true},
+    {"allreduce hierarchical_leader plan node=1", R(allreduce_hierarchical_leader_plan(c, &g_plan, s, r, n, t, op, HIER_INTER_RING)), true},
     {"allreduce torus2d 1x1", R(allreduce_torus2d(c, s, r, n, t, op, 1, 1)), true},
     {"reduce native", R(reduce_native(c, s, r, n, t, op, 0)), true},
     {"reduce tree", R(reduce_tree(c, s, r, n, t, op, 0)), true},

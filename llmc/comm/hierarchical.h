@@ -1,5 +1,10 @@
 // Hierarchical all-reduce: nodes of n ranks (ranks [k n, (k+1) n) form node k, n dividing p),
-// fast links inside a node, slow ones between nodes. Only 1/n of the buffer crosses nodes:
+// fast links inside a node, slow ones between nodes. Two schedules, both sending less over the
+// slow links than a flat ring, which has a pair crossing a node boundary in every one of its
+// 2 (p-1) steps.
+//
+// 1. allreduce_hierarchical: reduce-scatter -> all-reduce -> all-gather. Every rank of a node
+//    works on its own 1/n of the buffer, so only S/n per rank crosses nodes:
 //
 //   p = 4, n = 2: node 0 = {r0, r1}, node 1 = {r2, r3}; buffer halves X Y
 //   1. reduce-scatter inside each node (ring):  r0 has X(r0+r1)  r1 has Y(r0+r1)
@@ -8,24 +13,50 @@
 //      doubling): r0 <-> r2 on X, r1 <-> r3 on Y; now every X and Y is the sum of all 4
 //   3. all-gather inside each node (ring): every rank has X Y
 //
-// Cost (S bytes, m = p/n nodes; alpha, beta inside a node; alpha', beta' between nodes):
-//   2 (n-1) alpha + 2 (n-1)/n S beta                      (steps 1 and 3)
-// + 2 (m-1) alpha' + 2 (m-1)/m (S/n) beta'                 (step 2 with the ring)
-// Between nodes each rank sends 2 (m-1)/m S/n bytes instead of the flat ring's 2 (p-1)/p S
-// with every other step crossing a node boundary.
+// 2. allreduce_hierarchical_leader: reduce -> all-reduce -> broadcast, the lecture's picture
+//    ("Data Parallelism in LLM Training"): one leader per node (local index 0) does all the
+//    talking between nodes, on the whole buffer:
 //
-// Sub-communicators: "node" (color r / n) and "cross" (color r mod n), made with comm_split.
-// allreduce_hierarchical makes them on every call and frees them after: two MPI_Comm_split per
-// call, each a collective over all p ranks (an all-gather of colors and keys, a context id
-// agreement: several latencies, not counted in the traffic counters). For repeated calls (a
-// training step's gradients) make a HierPlan once with hier_plan_make and call
-// allreduce_hierarchical_plan. The sub-communicators count their own traffic; the plan call
-// adds it to the parent's counters so that the parent shows all the algorithm sent.
+//   p = 4, n = 2: leaders r0 and r2; whole buffers a b c d
+//   1. reduce inside each node to its leader (binomial tree):  r0 has a+b       r2 has c+d
+//   2. all-reduce among the leaders (ring or recursive doubling): r0, r2 have a+b+c+d
+//   3. broadcast inside each node from its leader (binomial tree): every rank has a+b+c+d
+//
+//   Steps 1 and 3 use tree.h's reduce_tree and broadcast_tree: the only rooted reduce in
+//   llmc/comm/ is the tree, and n (the GPUs of a node, 2 to 8) is small, so its ceil(log2 n)
+//   whole-buffer steps are few; broadcast_ring's pipelined chain would move fewer bytes per
+//   rank for large S, but the tree keeps the two halves mirror images of each other.
+//
+// Cost (S bytes, m = p/n nodes; alpha, beta inside a node; alpha', beta' between nodes; ring
+// between nodes):
+//   reduce-scatter variant:  2 (n-1) alpha + 2 (n-1)/n S beta                  (steps 1, 3)
+//                          + 2 (m-1) alpha' + 2 (m-1)/m (S/n) (k beta')         (step 2)
+//   leader variant:          2 ceil(log2 n) (alpha + S beta)                    (steps 1, 3)
+//                          + 2 (m-1) alpha' + 2 (m-1)/m S (k beta')             (step 2)
+// k counts the flows that leave a node at once and share its network link. With one network
+// link per node (one NIC, or our namespaces' one veth) all n ranks of the reduce-scatter
+// variant cross at the same time, k = n, and the same bytes leave a node in both variants:
+// n x 2 (m-1)/m S/n = 2 (m-1)/m S. The leader variant drives that link from one rank (k = 1)
+// and pays for it inside the node: log2 n whole buffers each way instead of (n-1)/n of one.
+// With one NIC per GPU (a DGX node: 8 GPUs, 8 NICs) each flow has its own link, k = 1 for
+// both, and the reduce-scatter variant moves n times fewer bytes through each NIC: that is why
+// NCCL's schedule is the first one. With recursive doubling between nodes, step 2 costs
+// log2 m (alpha' + S/n (k beta')) and log2 m (alpha' + S k beta') respectively.
+//
+// Sub-communicators: "node" (color r / n) and "cross" (color r mod n), made with comm_split;
+// the leaders are the "cross" communicator of local index 0 (the others sit step 2 out in the
+// leader variant). allreduce_hierarchical(_leader) makes them on every call and frees them
+// after: two MPI_Comm_split per call, each a collective over all p ranks (an all-gather of
+// colors and keys, a context id agreement: several latencies, not counted in the traffic
+// counters). For repeated calls (a training step's gradients) make a HierPlan once with
+// hier_plan_make and call the *_plan functions. The sub-communicators count their own traffic;
+// the plan calls add it to the parent's counters so that the parent shows all the algorithm sent.
 #pragma once
 
 #include "agree.h"
 #include "ring.h"
 #include "recursive.h"
+#include "tree.h"
 
 typedef enum { HIER_INTER_RING = 0, HIER_INTER_RECURSIVE_DOUBLING = 1 } HierInter;
 
@@ -93,6 +124,45 @@ static inline void allreduce_hierarchical(Comm* c, const void* send, void* recv,
     hier_plan_free(&h);
 }
 
+// The lecture's schedule (picture 2 above): sum onto the leader, all-reduce among the leaders,
+// broadcast back. AVG sums everywhere and the leaders divide by p once, before the broadcast.
+static inline void allreduce_hierarchical_leader_plan(Comm* c, HierPlan* h, const void* send, void* recv, size_t count,
+                                                      CommType t, CommOp op, HierInter inter) {
+    comm_check_args(c, "allreduce_hierarchical_leader", count, t, op, 0);
+    if (count == 0) { return; }
+    CommVolume before = {h->node.bytes_sent + h->cross.bytes_sent, h->node.messages_sent + h->cross.messages_sent};
+    CommOp sub = op == COMM_AVG ? COMM_SUM : op;
+    bool leader = h->node.rank == 0;
+    // The input is read first on c itself, as every algorithm does: on a device communicator
+    // that is what orders the call after the caller's work (c's stream, comm_wait_event); the
+    // node and cross communicators' streams know nothing of it. Then all of it works in recv.
+    comm_copy(c, recv, send, count, t);
+    reduce_tree(&h->node, recv, recv, count, t, sub, 0);       // the node's sum, at its leader only
+    if (leader) {
+        if (inter == HIER_INTER_RING) {
+            allreduce_ring(&h->cross, recv, recv, count, t, sub);
+        } else {
+            allreduce_recursive_doubling(&h->cross, recv, recv, count, t, sub);
+        }
+        comm_avg_finish(c, recv, count, t, op, c->size);
+    }
+    broadcast_tree(&h->node, recv, count, t, 0);
+    c->bytes_sent += h->node.bytes_sent + h->cross.bytes_sent - before.bytes;
+    c->messages_sent += h->node.messages_sent + h->cross.messages_sent - before.messages;
+}
+
+static inline void allreduce_hierarchical_leader(Comm* c, const void* send, void* recv, size_t count, CommType t,
+                                                 CommOp op, int node_size, HierInter inter) {
+    comm_check_args(c, "allreduce_hierarchical_leader", count, t, op, 0);
+    comm_check_agree(c, "allreduce_hierarchical_leader", "inter-node algorithm", inter);
+    HierPlan h = hier_plan_make(c, "allreduce_hierarchical_leader", node_size);
+    int saved = c->check_args;
+    c->check_args = 0;   // checked above
+    allreduce_hierarchical_leader_plan(c, &h, send, recv, count, t, op, inter);
+    c->check_args = saved;
+    hier_plan_free(&h);
+}
+
 // --- what each rank sends (bytes, messages): the three phases' formulas
 
 static inline CommVolume allreduce_hierarchical_volume(size_t count, CommType t, int p, int r, int node_size, HierInter inter) {
@@ -103,5 +173,20 @@ static inline CommVolume allreduce_hierarchical_volume(size_t count, CommType t,
                                             : allreduce_recursive_doubling_volume(mine, t, m, k);
     CommVolume g = allgather_ring_volume(count, t, n, l);
     if (count == 0) { return {0, 0}; }
+    return {a.bytes + b.bytes + g.bytes, a.messages + b.messages + g.messages};
+}
+
+// the leader variant: a tree reduce and a tree broadcast inside the node (root = local index
+// 0), and the whole buffer's all-reduce among the leaders
+static inline CommVolume allreduce_hierarchical_leader_volume(size_t count, CommType t, int p, int r, int node_size,
+                                                              HierInter inter) {
+    int n = node_size, l = r % n, m = p / n, k = r / n;
+    if (count == 0) { return {0, 0}; }
+    CommVolume a = reduce_tree_volume(count, t, n, l, 0);
+    CommVolume b = {0, 0};
+    if (l == 0) {
+        b = inter == HIER_INTER_RING ? allreduce_ring_volume(count, t, m, k) : allreduce_recursive_doubling_volume(count, t, m, k);
+    }
+    CommVolume g = broadcast_tree_volume(count, t, n, l, 0);
     return {a.bytes + b.bytes + g.bytes, a.messages + b.messages + g.messages};
 }
