@@ -651,8 +651,8 @@ static void measure_alpha_beta(Comm* c, int x, int y, double* alpha, double* bet
 }
 
 // -L FILE: the links file the planner reads (./train_gpt2cpu --plan all --links FILE,
-// llmc/planner/machine.h): "intra ALPHA_US GB_PER_S" and "inter ALPHA_US GB_PER_S", the
-// links measured and nothing else. Ranks spanning nodes: both lines (the inter line only for
+// llmc/planner/machine.h): "intra ALPHA_US GB_PER_S" and "inter ALPHA_US GB_PER_S shared", the
+// links measured and nothing else ("shared": one link per node, as the models here assume). Ranks spanning nodes: both lines (the inter line only for
 // nodes of one rank). One node: the intra line only; nothing between nodes was measured, and
 // the planner keeps its --machine's link for a missing line (it needs one of the two). An
 // irregular layout: the one link 0 <-> 1, as intra or inter by where ranks 0 and 1 sit. Rank 0
@@ -664,7 +664,9 @@ static void write_links(const char* path, const Nodes& nodes, bool have_intra, c
         fprintf(f, "# collbench: %d nodes x %d rank(s); ping-pong %srank 0 <-> %d (inter)\n", nodes.count,
                 nodes.per_node, have_intra ? "rank 0 <-> 1 (intra), " : "", nodes.per_node);
         if (have_intra) { fprintf(f, "intra %.3f %.6g\n", L.a * 1e6, 1e-9 / L.b); }
-        fprintf(f, "inter %.3f %.6g\n", L.a2 * 1e6, 1e-9 / L.b2);
+        // "shared": the model above assumes one network link per node, shared by its ranks
+        // (drop the word for nodes with a network card per device)
+        fprintf(f, "inter %.3f %.6g shared\n", L.a2 * 1e6, 1e-9 / L.b2);
     } else {
         bool same_node = nodes.first[0] == nodes.first[1];
         fprintf(f, "# collbench: %s: one link, ping-pong rank 0 <-> 1 (%s)\n",

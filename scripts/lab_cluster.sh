@@ -56,8 +56,8 @@ avg_ms() { sed -n 's/^average step (excluding the first): \([0-9.]*\) ms.*/\1/p'
 # ---- Part 0: the links
 $LAUNCH --np 4 -- ./collbenchcpu -p allreduce -a ring -b 8 -e 8 -n 2 -R 1 -L "$OUT/links.txt" >"$OUT/links.out" 2>&1 ||
     { echo "lab_cluster: collbench failed:"; tail -5 "$OUT/links.out"; exit 1; }
-read -r _ A_IN G_IN <<<"$(grep '^intra ' "$OUT/links.txt")"
-read -r _ A_X G_X <<<"$(grep '^inter ' "$OUT/links.txt")"
+read -r _ A_IN G_IN _ <<<"$(grep '^intra ' "$OUT/links.txt")"
+read -r _ A_X G_X _ <<<"$(grep '^inter ' "$OUT/links.txt")"
 {
 echo "# Lab: placement on 2 nodes x 2 ranks (scripts/cluster.sh, inter-node link $INTER_MBIT Mbit/s each way)"
 echo
@@ -72,7 +72,7 @@ echo "The link between nodes is $(awk -v a="$G_IN" -v b="$G_X" 'BEGIN { printf "
 } | tee "$REPORT"
 
 # ---- Part a: all-reduce across the nodes
-$LAUNCH --np 4 -- ./collbenchcpu -p allreduce -a ring,hierarchical,hierarchical_leaders -b 4K -e 16M -f 4 -n 5 -R 2 >"$OUT/allreduce.out" 2>&1 ||
+$LAUNCH --np 4 -- ./collbenchcpu -p allreduce -a ring,hierarchical,hierarchical_leader -b 4K -e 16M -f 4 -n 5 -R 2 >"$OUT/allreduce.out" 2>&1 ||
     { echo "lab_cluster: collbench failed:"; tail -5 "$OUT/allreduce.out"; exit 1; }
 {
 echo
@@ -80,12 +80,12 @@ echo "## Part a: all-reduce on 2 nodes x 2 ranks: measured (us) and the two-link
 echo
 echo "| size | native (MPI) | ring | formula | hierarchical | formula | leaders | formula | fastest |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-awk '!/^#/ && NF >= 12 { t[$1 "," $6] = $7; m[$1 "," $6] = $11; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+awk '$1 ~ /^[0-9]+$/ && NF >= 12 { t[$1 "," $6] = $7; m[$1 "," $6] = $11; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
      END { for (i = 1; i <= n; i++) { s = order[i]; best = ""; bt = 1e30
-             split("native ring hierarchical hierarchical_leaders", a, " ")
+             split("native ring hierarchical hierarchical_leader", a, " ")
              for (j = 1; j <= 4; j++) if ((s "," a[j]) in t && t[s "," a[j]] < bt) { bt = t[s "," a[j]]; best = a[j] }
              printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s, t[s ",native"], t[s ",ring"], m[s ",ring"],
-                 t[s ",hierarchical"], m[s ",hierarchical"], t[s ",hierarchical_leaders"], m[s ",hierarchical_leaders"], best } }' "$OUT/allreduce.out"
+                 t[s ",hierarchical"], m[s ",hierarchical"], t[s ",hierarchical_leader"], m[s ",hierarchical_leader"], best } }' "$OUT/allreduce.out"
 } | tee -a "$REPORT"
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
     /usr/bin/python3 - "$OUT/allreduce.out" "$OUT/lab_cluster.png" "$INTER_MBIT" <<'EOF' || true
@@ -94,11 +94,11 @@ import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
 t, m = collections.defaultdict(dict), collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     f = line.split()
-    if line.startswith("#") or len(f) < 12: continue
+    if len(f) < 12 or not f[0].isdigit(): continue
     t[f[5]][int(f[0])] = float(f[6])
     if f[10] != "-": m[f[5]][int(f[0])] = float(f[10])
 fig, ax = plt.subplots(figsize=(7, 4.5))
-for i, name in enumerate(["native", "ring", "hierarchical", "hierarchical_leaders"]):
+for i, name in enumerate(["native", "ring", "hierarchical", "hierarchical_leader"]):
     if name not in t: continue
     xs = sorted(t[name]); c = "C%d" % i
     ax.plot(xs, [t[name][x] for x in xs], "o-", color=c, label=name + " (measured)")

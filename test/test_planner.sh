@@ -136,3 +136,21 @@ bad_plan "memory too small for any mesh" "^what would: devices of at least" --mo
 grep -q "^nothing fits" "$T/bad.out" || fail "no 'nothing fits' line for 0.01 GiB"
 expect_all "--mesh auto with --tp" "--mesh auto chooses" 2 ./train_gpt2cpu $D $QUIET --mesh auto --tp 2
 bad_plan "--plan this of a mesh the trainer refuses" "does not divide the 4 attention heads" $D $MODEL --tp 8 --plan this
+
+# ---- a node's one link shared by its devices (--links with "inter ... shared", as collbench -L writes on
+# several nodes): on 2 nodes of 2, dp 2 x tp 2 sends two dp flows out of each node at once (groups {0,2}
+# {1,3}), so its predicted communication grows; dp 4 sends one flow each way (ranks 0 1 | 2 3), so it does not
+printf 'intra 5 2.5\ninter 40 0.25\n' >"$T/links_own.txt"
+printf 'intra 5 2.5\ninter 40 0.25 shared\n' >"$T/links_shared.txt"
+plan_comm() {   # plan_comm LINKS MESH...: the predicted comm column (ms) of --plan this
+    # shellcheck disable=SC2086
+    ./train_gpt2cpu $D $MODEL $QUIET --per-node 2 --links "$1" "${@:2}" --plan this 2>&1 |
+        awk '/^  1  dp/ { sub(/ +(fits|too big)$/, ""); print $(NF-1) }'
+}
+a=$(plan_comm "$T/links_own.txt" --dp 2 --tp 2); b=$(plan_comm "$T/links_shared.txt" --dp 2 --tp 2)
+c=$(plan_comm "$T/links_own.txt" --dp 4); d=$(plan_comm "$T/links_shared.txt" --dp 4)
+if [ -n "$a" ] && [ -n "$c" ] && awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" 'BEGIN { exit !(b > a && c == d) }'; then
+    pass "a shared link between nodes: dp 2 x tp 2 comm $a -> $b ms (two flows share it), dp 4 $c -> $d ms (one flow)"
+else
+    fail "a shared link between nodes" "dp 2 x tp 2: '$a' -> '$b' ms (want more), dp 4: '$c' -> '$d' ms (want equal)"
+fi

@@ -177,6 +177,16 @@ static inline int group_extent(const Candidate* c, int which) {
     }
 }
 
+// the distance in ranks between neighbours of a communicator's group (tp innermost, then cp, pp, dp)
+static inline int group_stride(const Candidate* c, int which) {
+    switch (which) {
+        case FIG_TP: return 1;
+        case FIG_CP: return c->tp;
+        case FIG_PP: case FIG_PP_EMBED: return c->cp * c->tp;
+        default: return c->dp > 1 ? c->pp * c->cp * c->tp : c->tp;   // dp (x cp), ep, edp
+    }
+}
+
 // The predicted step time of a candidate whose worst rank's figures are in p (the formulas at the top)
 static inline void planner_time(Prediction* p, const GPT2Config* cfg, const TrainArgs* a, const Machine* mc, const RankPlan* rp) {
     const Candidate* c = &p->c;
@@ -214,7 +224,13 @@ static inline void planner_time(Prediction* p, const GPT2Config* cfg, const Trai
         p->comm[k] = 0.0;
         if (p->worst.bytes[k] == 0) { continue; }
         int inter = group_extent(c, k) > mc->per_node;
-        p->comm[k] = msgs[k] * mc->alpha[inter] + p->worst.bytes[k] / mc->bw[inter];
+        // a node's one link between nodes (--links ... shared): every group of the kind talks at
+        // once, and a ring sends one flow per group out of each node, so the node's link is shared
+        // by as many flows as groups have a rank on it: min(per_node, the group's stride). dp 4 on
+        // 2 nodes of 2: one group, ranks 0 1 | 2 3, one flow each way. dp 2 x tp 2: two dp groups
+        // {0,2} {1,3}, two flows out of each node.
+        double bw = inter && mc->inter_shared ? mc->bw[1] / std::min(mc->per_node, group_stride(c, k)) : mc->bw[inter];
+        p->comm[k] = msgs[k] * mc->alpha[inter] + p->worst.bytes[k] / bw;
     }
     double backward = p->compute * 2.0 / 3.0;
     double dp_exposed = std::max(p->comm[FIG_DP] - backward, p->comm[FIG_DP] / std::max<size_t>(1, rp->buckets));

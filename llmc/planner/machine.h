@@ -18,12 +18,17 @@ typedef struct {
     double peak, eff;          // FLOP/s per device, and the share the kernels reach
     int per_node;
     double alpha[2], bw[2];    // seconds per message, bytes per second: [0] inside a node, [1] between
+    int inter_shared;          // 1: the link between nodes is the node's (one network card), shared by
+                               // the node's devices that cross at once; 0: each device has its own
     int cores;                 // cpu: the cores the devices share
 } Machine;
 
 // A links file (collbench measures the values), read as strictly as the flags: each line
 // "intra|inter ALPHA_US GB_PER_S" (blank lines and # comments aside), each number whole ("25x"
-// is not 25), each link at most once; an error names the file and the line.
+// is not 25), each link at most once; an error names the file and the line. The inter line may
+// end in "shared": the bandwidth is the node's link, which its devices share when they cross at
+// once (a node with one network card, as scripts/cluster.sh makes); without it each device has
+// a link of that bandwidth to itself (H100 nodes: a 400 Gb/s card per GPU).
 static inline void machine_read_links(Machine* m, const char* path) {
     FILE* f = fopen_or_die(path, "r");
     std::string text;
@@ -54,10 +59,12 @@ static inline void machine_read_links(Machine* m, const char* path) {
             if (*e != 0 || !isfinite(v[i])) { v[i] = -1.0; }
         }
         int k = words[0] == "inter";
-        if (words.size() != 3 || (words[0] != "intra" && words[0] != "inter") || !(v[0] >= 0) || !(v[1] > 0)) {
-            die("--links '%s', line %d: '%s' is not 'intra|inter ALPHA_US GB_PER_S' (alpha >= 0 us, bandwidth > 0 GB/s)", path,
-                line_no, line.c_str());
+        bool shared = k == 1 && words.size() == 4 && words[3] == "shared";
+        if ((words.size() != 3 && !shared) || (words[0] != "intra" && words[0] != "inter") || !(v[0] >= 0) || !(v[1] > 0)) {
+            die("--links '%s', line %d: '%s' is not 'intra|inter ALPHA_US GB_PER_S' or 'inter ALPHA_US GB_PER_S shared' "
+                "(alpha >= 0 us, bandwidth > 0 GB/s)", path, line_no, line.c_str());
         }
+        if (k == 1) { m->inter_shared = shared; }
         if (first[k]) { die("--links '%s', line %d: the %s link again (first on line %d)", path, line_no, words[0].c_str(), first[k]); }
         first[k] = line_no;
         m->alpha[k] = v[0] * 1e-6;
@@ -75,6 +82,7 @@ static inline Machine machine_from_args(const TrainArgs* a, int devices) {
 #endif
     m.name = name;
     m.cores = 0;
+    m.inter_shared = 0;
     if (strcmp(name, "h100") == 0) {   // H100 SXM 80 GB nodes of 8: NVLink 4 (~360 GB/s a direction reached), 400 Gb/s NDR per GPU
         m.mem = 80.0 * 1073741824.0;
         m.peak = 989e12;   // bf16 dense

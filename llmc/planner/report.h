@@ -47,8 +47,9 @@ static inline void planner_print_header(const TrainArgs* a, const GPT2Config* cf
            gpt2_is_moe(cfg) ? (", " + std::to_string(cfg->num_experts) + " experts top-" + std::to_string(cfg->moe_topk)).c_str() : "",
            a->batch, a->seq, BACKEND_NAME, sizeof(floatX));
     printf("machine      %s: %d devices, %d per node, %.2f GiB each, peak %.3g TFLOP/s x efficiency %.2f, "
-           "links %.0f us + %.1f GB/s inside a node, %.0f us + %.1f GB/s between\n", mc->name.c_str(), devices, mc->per_node,
-           gib(mc->mem), mc->peak / 1e12, mc->eff, mc->alpha[0] * 1e6, mc->bw[0] / 1e9, mc->alpha[1] * 1e6, mc->bw[1] / 1e9);
+           "links %.0f us + %.1f GB/s inside a node, %.0f us + %.1f GB/s between%s\n", mc->name.c_str(), devices, mc->per_node,
+           gib(mc->mem), mc->peak / 1e12, mc->eff, mc->alpha[0] * 1e6, mc->bw[0] / 1e9, mc->alpha[1] * 1e6, mc->bw[1] / 1e9,
+           mc->inter_shared ? " (a node's, shared by its devices)" : "");
 }
 
 static inline void planner_print_row(int i, const Prediction& p) {
