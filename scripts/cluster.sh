@@ -32,7 +32,8 @@
 #     --name NAME          prefix of everything made (default llmc; the tests use their own)
 #     --subnet A.B.C       the nodes' /24 (default 10.213.77; must be unused on this machine)
 #   then:  scripts/launch.sh --hostfile build/cluster/hosts --np 4 -- ./train_gpt2cpu --threads 1 --tp 2
-# Needs root (or sudo without a password) and iproute2 (ip, tc) and util-linux (unshare).
+# Needs root (or sudo without a password) and iproute2 (ip, tc) and util-linux (unshare); so do
+# the jobs on the cluster (mpirun enters the nodes' namespaces: sudo -E scripts/launch.sh ...).
 # Touches nothing that exists: it adds a bridge, veth pairs and namespaces, all named NAME-*,
 # and the files of build/cluster (build/cluster-NAME for another name); down removes them, as
 # does a failed or interrupted up.
@@ -171,6 +172,10 @@ cat >"$dir/rsh.tmp" <<EOF
 # made by scripts/cluster.sh up: mpirun's remote shell into the nodes of cluster '$name'
 while [[ \${1:-} == -* ]]; do shift; done   # ssh options mpirun may pass (-x)
 host=\${1:-}; shift
+if [ "\$(id -u)" != 0 ]; then
+    echo "cluster rsh: entering node '\$host' needs root: run the job as root (sudo -E scripts/launch.sh ...)" >&2
+    exit 255
+fi
 case \$host in
 $cases    *) echo "cluster rsh: no node '\$host' in cluster '$name'" >&2; exit 255 ;;
 esac

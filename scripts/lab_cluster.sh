@@ -8,26 +8,30 @@
 #           inside / all-reduce across / all-gather inside) and the lecture's drawing of it
 #           (reduce to a leader / all-reduce among the leaders / broadcast), from 4 KiB to 16 MiB,
 #           each beside its alpha-beta formula with the two measured links.
-#   Part b: one 4-rank training job placed three ways: tp 2 inside the node x dp 2 across, tp 2
-#           across x dp 2 inside (mpirun --map-by node), pp 2 across x dp 2 inside; the step time
-#           and the bytes that crossed the slow link per step (the kernel's counters of the
-#           nodes' links: what really went over the wire, TCP headers included).
+#   Part b: one 4-rank training job placed several ways: tp 2 inside the node x dp 2 across, tp 2
+#           across x dp 2 inside (mpirun --map-by node), pp 2 across x dp 2 inside, pp 2 inside x
+#           dp 2 across, dp 4; the step time, the bytes that crossed the slow link per step (the
+#           kernel's counters of the nodes' links: what really went over the wire, TCP headers
+#           included), and the same job on one machine (shared memory only): the difference is
+#           what the slow link costs that placement (the 4 ranks share 2 cores either way).
 #   Part c: ZeRO-3 on dp 4 without and with hpZ (--hpz 2: the secondary weight partition inside
 #           each node): bytes across the slow link and step time.
 #   Part d: the planner, given the two measured links (--links) and the machine's measured
 #           compute (one rank, as in lab_plan.sh), predicts each mesh's step; its ranking beside
 #           the measured one.
 # Bytes per step are the difference between a run of STEPS steps and one of 2, over STEPS - 2 steps
-# (the start-up's traffic cancels). Times on 2 shared cores are noisy (4 ranks share them): each
-# run is done once; read the ratios, and run it again to see how much they move.
-# Needs root (the namespaces) and mpirun. About 4 minutes on 2 cores. Tables to stdout and to
+# (the start-up's traffic cancels). Times on 2 shared cores are noisy (4 ranks share them, and
+# whatever else runs on the machine): each step time is the fastest of REPEAT runs, alternating
+# the cluster and one machine; run the lab twice to see how much they move.
+# Needs root (the namespaces) and mpirun. About 3 minutes on 2 cores. Tables to stdout and to
 # $OUT/lab_cluster.md, a plot of part a to $OUT/lab_cluster.png (matplotlib, if present).
-# Knobs (environment): INTER_MBIT (2000), STEPS (8), MODEL, OUT (build/lab-cluster).
+# Knobs (environment): INTER_MBIT (2000), STEPS (8), REPEAT (3), MODEL, OUT (build/lab-cluster).
 #   sudo bash scripts/lab_cluster.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 INTER_MBIT=${INTER_MBIT:-2000}
 STEPS=${STEPS:-8}
+REPEAT=${REPEAT:-3}
 MODEL=${MODEL:-"--layers 8 --heads 4 --channels 128 --batch 8 --seq 64"}
 OUT=${OUT:-build/lab-cluster}
 NAME=llmclab SUBNET=10.213.80
@@ -118,29 +122,42 @@ job() {
     local largs=()
     while [ "$1" != "--" ]; do largs+=("$1"); shift; done
     shift
-    local b0 b1 b2
+    local b0 b1 b2 i t
     b0=$(wire_bytes)
     # shellcheck disable=SC2086
     $LAUNCH --np 4 "${largs[@]}" -- ./train_gpt2cpu $D $MODEL $QUIET --steps 2 "$@" >"$OUT/$name.short.out" 2>&1 ||
         { echo "lab_cluster: run $name failed:"; tail -5 "$OUT/$name.short.out"; exit 1; }
     b1=$(wire_bytes)
-    # shellcheck disable=SC2086
-    $LAUNCH --np 4 "${largs[@]}" -- ./train_gpt2cpu $D $MODEL $QUIET --steps "$STEPS" "$@" >"$OUT/$name.out" 2>&1 ||
-        { echo "lab_cluster: run $name failed:"; tail -5 "$OUT/$name.out"; exit 1; }
-    b2=$(wire_bytes)
+    STEP="" LOCAL=""
+    for ((i = 1; i <= REPEAT; i++)); do
+        # shellcheck disable=SC2086
+        $LAUNCH --np 4 "${largs[@]}" -- ./train_gpt2cpu $D $MODEL $QUIET --steps "$STEPS" "$@" >"$OUT/$name.out" 2>&1 ||
+            { echo "lab_cluster: run $name failed:"; tail -5 "$OUT/$name.out"; exit 1; }
+        [ "$i" != 1 ] || b2=$(wire_bytes)
+        t=$(avg_ms "$name"); STEP=$(min "$STEP" "$t")
+        # the same job on one machine, shared memory only: what the step costs without the slow link
+        # shellcheck disable=SC2086
+        scripts/launch.sh --np 4 --mpi-args "--mca btl self,vader --mca mpi_yield_when_idle 1" -- \
+            ./train_gpt2cpu $D $MODEL $QUIET --steps "$STEPS" "$@" >"$OUT/$name.local.out" 2>&1 ||
+            { echo "lab_cluster: run $name on one machine failed:"; tail -5 "$OUT/$name.local.out"; exit 1; }
+        t=$(avg_ms "$name.local"); LOCAL=$(min "$LOCAL" "$t")
+    done
     ACROSS=$(awk -v a="$((b2 - b1))" -v b="$((b1 - b0))" -v s="$STEPS" 'BEGIN { printf "%.2f", (a - b) / (s - 2) / 1048576 }')
     PLACE=$(sed -n 's/^placement    //p' "$OUT/$name.out")
-    STEP=$(avg_ms "$name")
 }
+min() { if [ -z "$1" ]; then echo "$2"; else awk -v a="$1" -v b="$2" 'BEGIN { print (b < a ? b : a) }'; fi; }
 {
 echo
-echo "## Part b: one job, three placements ($MODEL, $STEPS steps; the average step excludes the first)"
+echo "## Part b: one job, placed five ways ($MODEL, $STEPS steps; the average step excludes the first, the fastest of $REPEAT runs)"
 echo
-echo "| mesh | where the groups are | MiB across the slow link / step | step ms |"
-echo "|---|---|---:|---:|"
+echo "| mesh | where the groups are | MiB across the slow link / step | step ms | on one machine | the slow link costs |"
+echo "|---|---|---:|---:|---:|---:|"
 } | tee -a "$REPORT"
 declare -A MEAS
-row() { MEAS[$1]=$STEP; echo "| $2 | $PLACE | $ACROSS | $STEP |" | tee -a "$REPORT"; }
+row() {
+    MEAS[$1]=$STEP
+    echo "| $2 | $PLACE | $ACROSS | $STEP | $LOCAL | $(awk -v a="$STEP" -v b="$LOCAL" 'BEGIN { printf "%+.1f ms", a - b }') |" | tee -a "$REPORT"
+}
 job tp_in -- --tp 2;                                row tp_in "tp 2 x dp 2 (ranks 0 1 | 2 3)"
 job tp_x --mpi-args "--map-by node" -- --tp 2;     row tp_x "tp 2 x dp 2, --map-by node (ranks 0 2 | 1 3)"
 job pp_x --mpi-args "--map-by node" -- --pp 2 --grad-accum 4;  row pp_x "pp 2 x dp 2 (1f1b, m 4), --map-by node"
@@ -150,8 +167,8 @@ job dp4 -- ;                                       row dp4 "dp 4 (ring all-reduc
 echo
 echo "## Part c: ZeRO-3 on dp 4, without and with hpZ (a secondary copy of the weights sharded inside each node)"
 echo
-echo "| mesh | where the groups are | MiB across the slow link / step | step ms |"
-echo "|---|---|---:|---:|"
+echo "| mesh | where the groups are | MiB across the slow link / step | step ms | on one machine | the slow link costs |"
+echo "|---|---|---:|---:|---:|---:|"
 } | tee -a "$REPORT"
 job z3 -- --zero 3;             row z3 "dp 4, ZeRO-3"
 job z3hpz -- --zero 3 --hpz 2;  row z3hpz "dp 4, ZeRO-3 + hpZ 2"
