@@ -9,7 +9,8 @@
 //   1. a ping-pong between ranks 0 and 1 measures alpha (seconds per message) and beta
 //      (seconds per byte) of the transport, and prints them; when the ranks span several
 //      nodes (see "Nodes and links" below), a second ping-pong between rank 0 and the first
-//      rank of node 1 measures the link between nodes;
+//      rank of node 1 measures the link between nodes, and an exchange between the same two
+//      ranks (both directions at once) its time per byte when a pair exchanges (beta_x);
 //   2. for every size from -b to -e (times -f) and every algorithm of the primitive (-a): one
 //      checked run against the native result (#wrong), -w warm-up runs, then -n timed runs;
 //      one line per (size, algorithm) with nccl-tests' columns plus the model's time;
@@ -56,6 +57,14 @@
 //   recursive doubling/halving, Rabenseifner: the butterfly steps whose partners sit on
 //                          different nodes (distance >= n) cross, all ranks of a node at once;
 //   the others (tree, parameter server, Bruck, pairwise): the slow link for every step.
+// Exchanges: a step in which two ranks on different nodes send to each other at once (a
+// sendrecv with the same peer both ways) is priced with beta_x, not beta': rank 0 and n exchange
+// 16 MiB. Over Open MPI's TCP transport such a pair gets about half the one-way rate each way,
+// though the link is full duplex (two raw TCP sockets exchange at nearly the one-way rate; so
+// does the pair with --mca btl_tcp_links 2, two connections per pair) and a flat ring's
+// crossings (one process per direction) are not slowed. On 2 x 2 the probe read beta' in about
+// half the runs while the algorithms' exchanges stayed slow (doc/collectives.md). Which steps:
+// inter_xstep.
 // One link per node is the assumption (our namespaces' veth, one NIC); a node with one NIC per
 // GPU would give each flow its own link. One node, or an irregular layout (nodes of unequal
 // size, ranks not in consecutive blocks: said on a "# nodes:" line): one link, rank 0 <-> 1,
@@ -177,6 +186,8 @@ typedef void (*RunFn)(Comm* c, const void* send, void* recv, size_t count, CommT
 struct Links {
     double a, b;       // inside a node
     double a2, b2;     // between nodes
+    double bx;         // between nodes, a pair exchanging (both ways at once): per byte, each
+                       // way; measured when the ranks span nodes, else = b2 (nothing changes)
     int node;          // ranks per node: node k = ranks [k node, (k+1) node); p on one node
     bool spans;        // the ranks span several nodes of `node` ranks each
 };
@@ -199,6 +210,24 @@ struct Algo {
 // 8 NICs) gives each flow its own link, and there the factor would be 1.
 static double intra_step(const Links& L, double bytes) { return L.a + bytes * L.b; }
 static double inter_step(const Links& L, double bytes, int flows) { return L.a2 + bytes * L.b2 * flows; }
+// The same step when it is an exchange: each of the `flows` crossing ranks of a node swaps its
+// bytes with ONE peer on another node (sendrecv, both directions at once), priced with the
+// measured beta_x instead of beta'. The sharing factor multiplies as for one-way steps: the
+// node's `flows` exchanging pairs split what one pair gets (measured on the emulated cluster,
+// 2 x 2, 16 MiB: two pairs exchanging at once took 2.1 to 4 times a one-way transfer, mostly
+// about 3; flows x beta_x with beta_x = 2 beta' says 4, flows x beta' says 2).
+// The steps priced so (all only when the ranks span nodes):
+//   - every step of the flat ring (reduce-scatter, all-gather, all-reduce) when p = 2: the
+//     left and right neighbours are the same rank on the other node;
+//   - hierarchical step 2 and the leaders' ring of hierarchical_leader when m = 2 nodes (a
+//     ring of 2), for a schedule whose nodes are the machine's (torus2d likewise);
+//   - the butterfly steps of recursive doubling/halving and Rabenseifner whose partners sit on
+//     different nodes (v and v XOR mask send to each other).
+// Not exchanges: a ring of more than 2 (left != right: different processes drive the two
+// directions of a link), the fold steps of a p that is not a power of two (one way), the tree,
+// the pipelined broadcast. Pairwise and Bruck all-to-all have an exchange step too (distance
+// p/2), but their models are a one-flow bound on the slow link and stay one-way.
+static double inter_xstep(const Links& L, double bytes, int flows) { return L.a2 + bytes * L.bx * flows; }
 
 static int floor_log2(int p) { int l = 0; while ((2 << l) <= p) { l++; } return l; }
 static int ceil_log2(int p) { int l = 0; while ((1 << l) < p) { l++; } return l; }
@@ -207,7 +236,10 @@ static bool pow2(int p) { return (p & (p - 1)) == 0; }
 // ring.h. A flat ring over nodes of consecutive ranks: in every step the last rank of each node
 // sends to the next node's first (one flow leaves each node), so every step takes the slow
 // link's time: 2 (p-1) (alpha' + S/p beta') for the all-reduce. On one node: the one link.
-static double m_ring_rs(const Links& L, double S, int p) { return (p - 1) * inter_step(L, S / p, 1); }
+// p = 2 on two nodes: every step is an exchange (beta_x).
+static double m_ring_rs(const Links& L, double S, int p) {
+    return (p - 1) * (L.spans && p == 2 ? inter_xstep(L, S / p, 1) : inter_step(L, S / p, 1));
+}
 static double m_ring_ar(const Links& L, double S, int p) { return 2.0 * m_ring_rs(L, S, p); }
 static double m_ring_bcast(const Links& L, double S, int p) {     // the chain crosses every node boundary
     double C = std::min(S, (double)RING_BROADCAST_CHUNK_BYTES);
@@ -222,7 +254,7 @@ static double m_tree(const Links& L, double S, int p) { return ceil_log2(p) * in
 // or .., 2, 1 (halving); with nodes of n consecutive ranks (n a power of two, p too) the steps
 // with mask >= n cross nodes, all n ranks of a node at once. The fold (p not a power of two)
 // moves the real ranks, so walk the pairs: a step's time is that of its slowest link, the
-// busiest node's `flows` sharing the slow one.
+// busiest node's `flows` sharing the slow one. Every butterfly step is an exchange (beta_x).
 static double butterfly_step(const Links& L, int p, int mask, double bytes) {
     if (!L.spans) { return intra_step(L, bytes); }
     Fold f = fold_make(p, 0);
@@ -232,7 +264,7 @@ static double butterfly_step(const Links& L, int p, int mask, double bytes) {
         int x = fold_real(f, v), y = fold_real(f, v ^ mask);
         if (x / L.node != y / L.node) { flows = std::max(flows, ++out[x / L.node]); }
     }
-    return flows > 0 ? inter_step(L, bytes, flows) : intra_step(L, bytes);
+    return flows > 0 ? inter_xstep(L, bytes, flows) : intra_step(L, bytes);
 }
 // the fold-in and fold-out of p that is not a power of two: one whole-buffer step each, even
 // r < 2 rem with r + 1
@@ -284,19 +316,25 @@ static double m_ps(const Links& L, double S, int p) { return 2 * (p - 1) * inter
 // nodes are the machine's (n = L.node): steps 1 and 3 inside a node, step 2 between nodes with
 // all n ranks of a node crossing at once (n flows on the node's one link). On one node: the
 // one link everywhere, one flow. A schedule whose nodes are not the machine's (-N not the
-// node size): every step on the slow link, one flow (a lower bound; say so in the header).
+// node size): every step on the slow link, one flow, one-way (a lower bound; say so in the
+// header). Step 2 on m = 2 machine nodes is a ring of 2, an exchange: beta_x.
 static void hier_links(const Links& L, int n, Links* in, int* flows) {
     bool machine_nodes = L.spans && n == L.node;
     *in = L;
     if (L.spans && !machine_nodes) { in->a = L.a2; in->b = L.b2; }
     *flows = machine_nodes ? n : 1;
 }
+// step 2, one of its 2 (m-1) ring steps: `bytes` per rank, `flows` ranks of a node at once
+static double hier_cross(const Links& L, int n, int m, double bytes, int flows) {
+    bool exchange = L.spans && n == L.node && m == 2;
+    return exchange ? inter_xstep(L, bytes, flows) : inter_step(L, bytes, flows);
+}
 // reduce-scatter -> all-reduce (ring, S/n each) -> all-gather
 static double m_hier_n(const Links& L, double S, int p, int n) {
     int m = p / n, flows;
     Links in;
     hier_links(L, n, &in, &flows);
-    return 2 * (n - 1) * intra_step(in, S / n) + 2 * (m - 1) * inter_step(L, S / n / m, flows);
+    return 2 * (n - 1) * intra_step(in, S / n) + 2 * (m - 1) * hier_cross(L, n, m, S / n / m, flows);
 }
 // the leader variant: tree reduce -> all-reduce among the leaders (ring, the whole buffer, one
 // flow per node) -> tree broadcast
@@ -304,7 +342,7 @@ static double m_leader_n(const Links& L, double S, int p, int n) {
     int m = p / n, flows;
     Links in;
     hier_links(L, n, &in, &flows);
-    return 2 * ceil_log2(n) * intra_step(in, S) + 2 * (m - 1) * inter_step(L, S / m, 1);
+    return 2 * ceil_log2(n) * intra_step(in, S) + 2 * (m - 1) * hier_cross(L, n, m, S / m, 1);
 }
 static double m_hier(const Links& L, double S, int p) { return m_hier_n(L, S, p, g_node); }
 static double m_leader(const Links& L, double S, int p) { return m_leader_n(L, S, p, g_node); }
@@ -650,6 +688,32 @@ static void measure_alpha_beta(Comm* c, int x, int y, double* alpha, double* bet
     comm_reset_counters(c);
 }
 
+// beta_x: ranks x and y exchange `big` bytes both ways at once (one comm_sendrecv each, the
+// call the algorithms make), best of a few; (time - alpha') / bytes is the time per byte each
+// way of a pair that exchanges across the link (see "Exchanges" at the top).
+static double measure_exchange_beta(Comm* c, int x, int y, double alpha) {
+    const size_t big = (size_t)16 << 20, n = big / 4;
+    void* out = bench_alloc(c, n, COMM_INT32);
+    void* in = bench_alloc(c, n, COMM_INT32);
+    bench_memset(c, out, 1, big);
+    double best = 1e30;
+    for (int k = 0; k < 4; k++) {                            // one warm-up, three timed
+        MPI_Barrier(c->mpi);
+        double t0 = MPI_Wtime();
+        if (c->rank == x || c->rank == y) {
+            int peer = c->rank == x ? y : x;
+            comm_sendrecv(c, out, n, peer, in, n, peer, COMM_INT32);
+        }
+        double dt = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, c->mpi);   // the slower of the two
+        if (k >= 1) { best = std::min(best, dt); }
+    }
+    bench_free(out);
+    bench_free(in);
+    comm_reset_counters(c);
+    return std::max(best - alpha, 0.0) / (double)big;
+}
+
 // -L FILE: the links file the planner reads (./train_gpt2cpu --plan all --links FILE,
 // llmc/planner/machine.h): "intra ALPHA_US GB_PER_S" and "inter ALPHA_US GB_PER_S shared", the
 // links measured and nothing else ("shared": one link per node, as the models here assume). Ranks spanning nodes: both lines (the inter line only for
@@ -661,8 +725,10 @@ static void write_links(const char* path, const Nodes& nodes, bool have_intra, c
     std::string tmp;
     FILE* f = fopen_tmp_for_write(path, &tmp);
     if (L.spans) {
-        fprintf(f, "# collbench: %d nodes x %d rank(s); ping-pong %srank 0 <-> %d (inter)\n", nodes.count,
-                nodes.per_node, have_intra ? "rank 0 <-> 1 (intra), " : "", nodes.per_node);
+        fprintf(f, "# collbench: %d nodes x %d rank(s); ping-pong %srank 0 <-> %d (inter); exchange (both ways at once) "
+                "0 <-> %d: beta_x = %.4f ns per byte each way, %.2fx beta' (not a field: the planner has no exchange)\n",
+                nodes.count, nodes.per_node, have_intra ? "rank 0 <-> 1 (intra), " : "", nodes.per_node, nodes.per_node,
+                L.bx * 1e9, L.b2 > 0 ? L.bx / L.b2 : 0.0);
         if (have_intra) { fprintf(f, "intra %.3f %.6g\n", L.a * 1e6, 1e-9 / L.b); }
         // "shared": the model above assumes one network link per node, shared by its ranks
         // (drop the word for nodes with a network card per device)
@@ -762,6 +828,7 @@ int main(int argc, char** argv) {
     if (have_intra) { measure_alpha_beta(&c, 0, 1, &L.a, &L.b); }
     if (two_links) { measure_alpha_beta(&c, 0, nodes.per_node, &L.a2, &L.b2); }
     if (!two_links) { L.a2 = L.a; L.b2 = L.b; }
+    L.bx = two_links ? measure_exchange_beta(&c, 0, nodes.per_node, L.a2) : L.b2;
     if (!have_intra) { L.a = L.a2; L.b = L.b2; }
     L.node = two_links ? nodes.per_node : p;
     L.spans = two_links;
@@ -823,8 +890,10 @@ int main(int argc, char** argv) {
                 if (have_intra) { link_line("rank 0 <-> 1 (inside a node)", L.a, L.b); }
                 snprintf(what, sizeof(what), "rank 0 <-> %d (between nodes)", nodes.per_node);
                 link_line(what, L.a2, L.b2);
+                printf("# exchange rank 0 <-> %d (both ways at once): %.4f ns per byte each way (%.2f GB/s), %.2fx the "
+                       "one-way beta\n", nodes.per_node, L.bx * 1e9, L.bx > 0 ? 1e-9 / L.bx : 0.0, L.b2 > 0 ? L.bx / L.b2 : 0.0);
                 printf("# model: steps between nodes on the second link; the ranks of a node that cross at once share "
-                       "its one network link\n");
+                       "its one network link; exchanges with one peer across nodes at the exchange beta\n");
                 if (g_node != nodes.per_node) {
                     printf("# hierarchical: -N %d is not the %d ranks of a node: its models put every step on the slow link\n",
                            g_node, nodes.per_node);
