@@ -50,11 +50,13 @@ if [ $train = 0 ]; then
     need OpenMPI "command -v mpicxx && command -v mpirun" libopenmpi-dev openmpi-bin
     need OpenBLAS "pkg-config --exists openblas" libopenblas-dev
     need PyTorch "has_python torch,numpy" python3-torch python3-numpy
+    # the cluster suite (network namespaces, scripts/cluster.sh) runs as root only
+    if [ "$(id -u)" = 0 ]; then need iproute2 "command -v ip && command -v tc" iproute2; fi
 fi
 if [ $lab = 1 ]; then need matplotlib "has_python matplotlib" python3-matplotlib; fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "install_deps: all present (g++, make, python3$([ $train = 1 ] || echo ", OpenMPI, OpenBLAS, PyTorch")$([ $lab = 0 ] || echo ", matplotlib"))"
+    echo "install_deps: all present (g++, make, python3$([ $train = 1 ] || echo ", OpenMPI, OpenBLAS, PyTorch")$([ $train = 1 ] || [ "$(id -u)" != 0 ] || echo ", iproute2")$([ $lab = 0 ] || echo ", matplotlib"))"
     exit 0
 fi
 # the one command that installs them, for the messages below
