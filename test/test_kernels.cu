@@ -360,8 +360,11 @@ static AttentionRef ref_attention(const vec& qkv, const vec& dout, int B, int T,
     return r;
 }
 
-static void test_attention() {
-    int B = 2, T = 7, C = 12, NH = 3, hs = C / NH;
+// Two shapes: the small one (hs = 4: the kernels' one-column path), and hs = 44 = 16 + 16 + 8 + 4
+// with T = 37 (every path of llmc/cpu/attention_kernel.h: the register blocks of 16 and 8
+// columns, the single columns, row blocks cut by the diagonal and by T).
+static void test_attention_case(int B, int T, int C, int NH, bool fd) {
+    int hs = C / NH;
     std::vector<float> qkv = randn(B * T * 3 * C), dout = randn(B * T * C), out(B * T * C), att(attention_state_size(B, T, NH));
     std::vector<float> dqkv = randn(B * T * 3 * C);   // garbage: backward must overwrite it
     AttentionRef r = ref_attention(to_double(qkv), to_double(dout), B, T, C, NH);
@@ -372,14 +375,23 @@ static void test_attention() {
     // d_P = (hs + 2) score_mag + T. out sums T terms of P v. dS has P twice (in P and in the row
     // sum), dP (hs) and the row sum (T); dq and dk sum T of them.
     double d_P = (hs + 2) * r.score_mag + T;
+    char name[96];
     Tight fwd, bwd;
     fwd.add("out", out.data(), r.out, d_P + T + 16);
-    fwd.report("causal attention forward vs double");
+    snprintf(name, sizeof(name), "causal attention forward vs double (T=%d hs=%d)", T, hs);
+    fwd.report(name);
     bwd.add("dqkv", dqkv.data(), r.dinp, 2 * d_P + hs + 2 * T + 16);
-    bwd.report("causal attention backward vs double");
+    snprintf(name, sizeof(name), "causal attention backward vs double (T=%d hs=%d)", T, hs);
+    bwd.report(name);
+    if (!fd) { return; }
     vec x = to_double(qkv), R = to_double(dout);
     auto loss = [&]() { return dot(ref_attention(x, R, B, T, C, NH).out.v, R); };
     report_fd("attention reference (double) vs finite differences", fd_error(x, ref_attention(x, R, B, T, C, NH).dinp.v, loss));
+}
+
+static void test_attention() {
+    test_attention_case(2, 7, 12, 3, true);
+    test_attention_case(2, 37, 88, 2, false);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1005,6 +1017,7 @@ static void test_thread_independence() {
     std::vector<float> out(B * T * C), mean(B * T), rstd(B * T), big = randn(100000);
     int MC = 300, MOC = 260;
     std::vector<float> minp = randn(B * T * MC), mw = randn(MOC * MC), mb = randn(MOC), mdout = randn(B * T * MOC);
+    std::vector<float> ax = randn(B * T * 3 * C);
     layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), B, T, C);
     std::vector<float> results[2];
     int saved = omp_get_max_threads();
@@ -1019,14 +1032,18 @@ static void test_thread_independence() {
         std::vector<float> mout(B * T * MC), mdinp(B * T * MC), mdw(MOC * MC, 0.0f), mdb(MOC, 0.0f);
         matmul_forward(mout.data(), minp.data(), mw.data(), mb.data(), B, T, MC, MOC);
         matmul_backward(mdinp.data(), mdw.data(), mdb.data(), mdout.data(), minp.data(), mw.data(), B, T, MC, MOC);
-        for (auto* t : {&dwte, &dwpe, &dx, &dw, &db, &mout, &mdinp, &mdw, &mdb}) {
+        // attention (hs = 16, T not a multiple of its blocks)
+        std::vector<float> aout(B * T * C), att(attention_state_size(B, T, 3)), adinp(B * T * 3 * C);
+        attention_forward(aout.data(), att.data(), ax.data(), B, T, C, 3);
+        attention_backward(adinp.data(), dout.data(), ax.data(), att.data(), B, T, C, 3);
+        for (auto* t : {&dwte, &dwpe, &dx, &dw, &db, &mout, &mdinp, &mdw, &mdb, &aout, &att, &adinp}) {
             results[k].insert(results[k].end(), t->begin(), t->end());
         }
         results[k].push_back(norm);
     }
     omp_set_num_threads(saved);
     int same = memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0;
-    report("encoder, layernorm, matmul, norm: 1 thread == 2 threads", same, same ? "bit-identical" : "differ");
+    report("encoder, layernorm, matmul, attention, norm: 1 thread == 2 threads", same, same ? "bit-identical" : "differ");
 #endif
     // the norm itself against a double sum
     std::vector<float> v = randn(50001);

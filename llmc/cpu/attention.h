@@ -5,58 +5,58 @@
 //   out[b,t,h*hs + i] = sum_t2 att[b,h,t,t2] * v_t2[i]
 // Backward, per head, with P = att, dO = dout:
 //   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(P * dP)),   dQ = dS K / sqrt(hs),   dK = dS^T Q / sqrt(hs)
-// dinp is OVERWRITTEN. Threads split over (b, h): each owns its head's slice of dinp,
-// so the sums over t into dK and dV need no atomics and are deterministic (dot products: in vector lanes).
+// Per head, with the head's rows as T x hs matrices Q, K, V, dO, every product is one of three
+// (llmc/cpu/attention_kernel.h, the performance part: blocks of the result kept in registers):
+//   att_lower_abt: the lower triangle of A B^T (S, dP);  att_lower_mul: L X (O, dQ);  att_lower_tmul: L^T X (dV, dK)
+// with L = P or dS lower triangular. dinp is OVERWRITTEN. Threads split over (b, h): each owns its
+// head's slices of out and dinp, and every sum has an order fixed by the shapes (attention_kernel.h),
+// so no atomics, and the same numbers for any thread count.
 #pragma once
 
 #include "round.h"      // floatx_round: outputs stored in the --precision format
-#include "exp_poly.h"
+#include "attention_kernel.h"
 
 // Floats the forward saves per layer for the backward. CPU: the full probability matrix.
 static inline size_t attention_state_size(int B, int T, int NH) { return (size_t)B * NH * T * T; }
 
-// One query against the keys/values at positions 0..t (key t2 at k0 + t2*stride, value at
-// v0 + t2*stride): p[0..t] = softmax(q . k / sqrt(hs)), o[0..hs) = sum_t2 p[t2] v_t2.
-// Shared by the training forward and the KV-cache forward, so the two give the same numbers.
-static inline void attend_one_query(float* o, float* p, const float* q, const float* k0, const float* v0,
-                                    size_t stride, int t, int hs, float scale) {
-    float maxval = -INFINITY;   // scores and running max over the visible keys t2 <= t
-    for (int t2 = 0; t2 <= t; t2++) {
-        const float* k = k0 + (size_t)t2 * stride;
-        float s = 0.0f;
-        #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
-        s *= scale;
-        p[t2] = s;
-        if (s > maxval) { maxval = s; }
-    }
-    float sum = 0.0f;
-    #pragma omp simd reduction(+ : sum)
-    for (int t2 = 0; t2 <= t; t2++) { p[t2] = exp_poly(p[t2] - maxval); sum += p[t2]; }
-    float inv = 1.0f / sum;
-    for (int t2 = 0; t2 <= t; t2++) { p[t2] *= inv; }
-    for (int i = 0; i < hs; i++) { o[i] = 0.0f; }   // weighted sum of the values
-    for (int t2 = 0; t2 <= t; t2++) {
-        const float* v = v0 + (size_t)t2 * stride;
-        for (int i = 0; i < hs; i++) { o[i] += p[t2] * v[i]; }
-    }
+// Queries t0 .. t0+nq-1 of one head (query r at q + r*ldq) against the keys and values at
+// positions 0..t0+r (kt: the keys transposed, kt[i*ldkt + t2] = k_t2[i]; v_t2 at v + t2*ldv):
+//   p[r*ldp + t2] = softmax_{t2 <= t0+r}(q_r . k_t2 * scale),   o[r*ldo + i] = sum_{t2 <= t0+r} p[r*ldp + t2] v_t2[i]
+// (p and kt: rows of att_padded(t0 + nq) floats, whole blocks are written.) Shared by the training
+// forward (all T queries) and the KV-cache forward (one query at a time): a query's numbers do not
+// depend on the other queries (attention_kernel.h), so the two give the same numbers.
+static inline void attend_queries(float* o, size_t ldo, float* p, size_t ldp, const float* q, size_t ldq,
+                                  const float* kt, int ldkt, const float* v, size_t ldv, int t0, int nq, int hs, float scale) {
+    att_lower_abt(p, ldp, q, ldq, kt, ldkt, t0, nq, hs, scale);              // the scores
+    for (int r = 0; r < nq; r++) { att_softmax(p + r * ldp, t0 + r + 1); }   // row r: over t2 <= t0 + r
+    att_lower_mul(o, ldo, p, ldp, v, ldv, t0, nq, hs);                       // the weighted sums of the values
 }
 
 static inline void attention_forward(float* out, float* att, const float* inp, int B, int T, int C, int NH) {
     PROFILE_OP("attention", OP_FWD, cost_attention_forward(B, T, C, (double)attention_state_size(B, T, NH)));
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, C3 = 3 * C, ld = att_padded(T);
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(3)
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
+    #pragma omp parallel
+    {
+        float* kt = (float*)calloc(((size_t)hs + T) * ld, sizeof(float));   // this head's keys, transposed
+        float* p = kt + (size_t)hs * ld;                                     // its P, rows padded
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
-                const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
-                float* p = att + (((size_t)b * NH + h) * T + t) * T;
-                const float* k0 = inp + (size_t)b * T * C3 + C + h * hs;
-                attend_one_query(out + ((size_t)b * T + t) * C + h * hs, p, q, k0, k0 + C, C3, t, hs, scale);
-                for (int t2 = t + 1; t2 < T; t2++) { p[t2] = 0.0f; }   // causal: the future gets 0
+                const float* q = inp + (size_t)b * T * C3 + h * hs;   // q_t at q + t*C3, k_t and v_t C and 2C further
+                float* att_bh = att + ((size_t)b * NH + h) * T * T;
+                att_touch(q, C, 3 * T, hs);   // this head's q, k, v rows: 3T rows of hs floats, C apart
+                att_transpose(kt, ld, q + C, C3, T, hs);
+                attend_queries(out + (size_t)b * T * C + h * hs, C, p, ld, q, C3, kt, ld, q + 2 * C, C3, 0, T, hs, scale);
+                for (int t = 0; t < T; t++) {   // the state P; causal: the future gets 0
+                    for (int t2 = 0; t2 < T; t2++) {
+                        float pt = p[(size_t)t * ld + t2];
+                        att_bh[(size_t)t * T + t2] = t2 <= t ? pt : 0.0f;
+                    }
+                }
             }
         }
+        free(kt);
     }
     floatx_round(out, (size_t)B * T * C, ROUND_ACT);   // the state P stays fp32, as on the GPU
 }
@@ -64,45 +64,36 @@ static inline void attention_forward(float* out, float* att, const float* inp, i
 static inline void attention_backward(float* dinp, const float* dout, const float* inp, const float* att,
                                int B, int T, int C, int NH) {
     PROFILE_OP("attention", OP_BWD, cost_attention_backward(B, T, C, (double)attention_state_size(B, T, NH)));
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, C3 = 3 * C, ld = att_padded(T);
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
     {
-        float* dp = (float*)malloc((size_t)T * sizeof(float));   // one row of dP, then dS
+        float* vt = (float*)calloc(((size_t)hs + T) * ld, sizeof(float));   // V transposed
+        float* ds = vt + (size_t)hs * ld;                                    // dP, then dS, rows padded
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
-                for (int t = 0; t < T; t++) {        // clear this head's dq, dk, dv
-                    float* d = dinp + ((size_t)b * T + t) * C3 + h * hs;
-                    for (int i = 0; i < hs; i++) { d[i] = 0.0f; d[C + i] = 0.0f; d[2 * C + i] = 0.0f; }
+                const float* q = inp + (size_t)b * T * C3 + h * hs;   // q_t at q + t*C3, k_t and v_t C and 2C further
+                const float* p = att + ((size_t)b * NH + h) * T * T;
+                const float* dO = dout + (size_t)b * T * C + h * hs;
+                float* dq = dinp + (size_t)b * T * C3 + h * hs;       // dq, dk, dv: the same layout
+                att_touch(q, C, 3 * T, hs);   // this head's q, k, v, P and dO rows
+                att_touch(p, T, T, T);
+                att_touch(dO, C, T, hs);
+                att_transpose(vt, ld, q + 2 * C, C3, T, hs);
+                att_lower_abt(ds, ld, dO, C, vt, ld, 0, T, hs, 1.0f);   // dP = dO V^T
+                for (int t = 0; t < T; t++) {   // softmax backward: dS, with the scale of the scores
+                    const float* pt = p + (size_t)t * T;
+                    float* dst = ds + (size_t)t * ld;
+                    float rowdot = att_dot(pt, dst, t + 1);
+                    for (int t2 = 0; t2 <= t; t2++) { dst[t2] = pt[t2] * (dst[t2] - rowdot) * scale; }
                 }
-                for (int t = 0; t < T; t++) {
-                    const float* p = att + (((size_t)b * NH + h) * T + t) * T;
-                    const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
-                    const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
-                    float* dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
-                    // dP[t2] = dO . v_t2  and  dV_t2 += P[t2] * dO
-                    float rowdot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                        float* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                        float s = 0.0f;
-                        #pragma omp simd reduction(+ : s)
-                        for (int i = 0; i < hs; i++) { s += dO[i] * v[i]; dv[i] += p[t2] * dO[i]; }
-                        dp[t2] = s;
-                        rowdot += p[t2] * s;
-                    }
-                    // softmax backward, then dQ and dK through the scores q.k * scale
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        float ds = p[t2] * (dp[t2] - rowdot) * scale;
-                        const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                        float* dk = dinp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                        for (int i = 0; i < hs; i++) { dq[i] += ds * k[i]; dk[i] += ds * q[i]; }
-                    }
-                }
+                att_lower_tmul(dq + 2 * C, C3, p, T, dO, C, T, hs);   // dV = P^T dO
+                att_lower_mul(dq, C3, ds, ld, q + C, C3, 0, T, hs);   // dQ = dS K
+                att_lower_tmul(dq + C, C3, ds, ld, q, C3, T, hs);     // dK = dS^T Q
             }
         }
-        free(dp);
+        free(vt);
     }
     floatx_round(dinp, (size_t)B * T * 3 * C, ROUND_GRAD);
 }

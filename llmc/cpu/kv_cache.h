@@ -4,7 +4,7 @@
 
 #include <string.h>
 #include "encoder.h"     // encoder_forward_vocab
-#include "attention.h"   // attend_one_query: the training forward's numbers
+#include "attention.h"   // attend_queries: the training forward's numbers
 
 // Embedding of the N tokens at their positions:
 //   out[j,:] = wte[inp[j],:] + wpe[positions[j],:]     j = 0..N-1
@@ -30,15 +30,17 @@ static inline void attention_forward_cached(float* out, const float* qkv, float*
     }
     #pragma omp parallel
     {
-        float* p = (float*)malloc((size_t)maxT * sizeof(float));   // one row of scores, then probabilities
+        float* p = (float*)malloc(((size_t)hs + 1) * att_padded(maxT) * sizeof(float));
+        float* kt = p + att_padded(maxT);   // p: one row of scores, then probabilities; kt: the keys, transposed
         #pragma omp for collapse(2)
         for (int j = 0; j < N; j++) {
             for (int h = 0; h < NH; h++) {
-                int t = positions[j];
+                int t = positions[j], ldkt = att_padded(t + 1);
                 const float* q = qkv + (size_t)j * C3 + h * hs;
                 const float* krow = kcache + (size_t)rows[j] * maxT * C + h * hs;
                 const float* vrow = vcache + (size_t)rows[j] * maxT * C + h * hs;
-                attend_one_query(out + (size_t)j * C + h * hs, p, q, krow, vrow, C, t, hs, scale);
+                att_transpose(kt, ldkt, krow, C, t + 1, hs);
+                attend_queries(out + (size_t)j * C + h * hs, C, p, att_padded(maxT), q, C3, kt, ldkt, vrow, C, t, 1, hs, scale);
             }
         }
         free(p);
