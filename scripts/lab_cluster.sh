@@ -101,16 +101,22 @@ for line in open(sys.argv[1]):
     if len(f) < 12 or not f[0].isdigit(): continue
     t[f[5]][int(f[0])] = float(f[6])
     if f[10] != "-": m[f[5]][int(f[0])] = float(f[10])
-fig, ax = plt.subplots(figsize=(7, 4.5))
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.3))
+ring = t["ring"]
 for i, name in enumerate(["native", "ring", "hierarchical", "hierarchical_leader"]):
     if name not in t: continue
     xs = sorted(t[name]); c = "C%d" % i
-    ax.plot(xs, [t[name][x] for x in xs], "o-", color=c, label=name + " (measured)")
-    if m[name]: ax.plot(xs, [m[name][x] for x in xs], "--", color=c, alpha=0.6, label=name + " (formula)")
-ax.set_xscale("log", base=2); ax.set_yscale("log")
-ax.set_xlabel("all-reduce size (bytes)"); ax.set_ylabel("time (us)")
-ax.set_title("All-reduce on 2 nodes x 2 ranks, %s Mbit/s between nodes" % sys.argv[3])
-ax.legend(fontsize=8); ax.grid(True, which="both", alpha=0.3)
+    ax.plot(xs, [t[name][x] for x in xs], "o-", color=c, label=name)
+    if m[name]: ax.plot(xs, [m[name][x] for x in xs], "--", color=c, alpha=0.6)
+    bx.plot(xs, [t[name][x] / ring[x] for x in xs], "o-", color=c, label=name + " (measured)")
+    if m[name]: bx.plot(xs, [m[name][x] / m["ring"][x] for x in xs], "--", color=c, alpha=0.6, label=name + " (formula)")
+for a in (ax, bx):
+    a.set_xscale("log", base=2); a.set_xlabel("all-reduce size (bytes)"); a.grid(True, which="both", alpha=0.3)
+ax.set_yscale("log"); ax.set_ylabel("time (us); dashed: the two-link formula")
+bx.set_ylabel("time / the flat ring's time"); bx.axhline(1.0, color="gray", lw=0.8)
+ax.set_title("All-reduce, 2 nodes x 2 ranks, %s Mbit/s between" % sys.argv[3], fontsize=10)
+bx.set_title("against the flat ring (below 1: faster)", fontsize=10)
+ax.legend(fontsize=8); bx.legend(fontsize=7)
 fig.tight_layout(); fig.savefig(sys.argv[2], dpi=110)
 EOF
 fi
