@@ -140,6 +140,11 @@ esac
 # ("exit-status seconds") in build/test-logs
 run_lane() {
     local lane=$1 i start
+    # Open MPI's session directory (its files and sockets) per lane: a process started without
+    # mpirun is a singleton of job family 0, so two singletons starting at the same moment in
+    # two lanes made the same directory and one failed ("mkdir ... File exists", orte_init failed)
+    export OMPI_MCA_orte_tmpdir_base=/tmp/llmc-test-$$-lane$lane
+    mkdir -p "$OMPI_MCA_orte_tmpdir_base"
     for i in "${selected[@]}"; do
         [ "${lanes[$i]}" = "$lane" ] || continue
         start=$SECONDS
@@ -193,6 +198,7 @@ for i in "${selected[@]}"; do
     failed=$((failed + f))
 done
 wait
+rm -rf /tmp/llmc-test-$$-lane*
 
 echo
 # the time table's tail: the five slowest suites (the budget is checked by people, not by a test)
