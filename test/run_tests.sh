@@ -99,7 +99,7 @@ suite errors        full 3 bash test/test_errors.sh
 suite failures      full 3 bash test/test_failures.sh
 suite mixed-precision full 1 bash test/test_mixed_precision.sh
 suite ps-async      full 3 bash test/test_ps_async.sh
-suite planner       full 3 bash test/test_planner.sh
+suite planner       full 2 bash test/test_planner.sh
 suite cluster       full 3 bash test/test_cluster.sh
 suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
@@ -116,7 +116,7 @@ if [ -n "$EMU_INC" ]; then
     suite emu-pp          full 1 bash test/test_emu_pp.sh
     suite emu-cp          full 1 bash test/test_emu_cp.sh
     suite emu-moe         full 1 bash test/test_emu_moe.sh
-    suite emu-collectives full 3 bash test/test_emu_collectives.sh
+    suite emu-collectives full 2 bash test/test_emu_collectives.sh
     suite emu-lab         full 2 bash dev/emu/run_lab.sh build/emu/dev/cuda encoder_forward encoder_backward layernorm_forward \
         layernorm_backward matmul_forward matmul_backward attention_forward attention_backward gelu_forward gelu_backward \
         classifier adamw global_norm
