@@ -90,38 +90,59 @@ static inline void hier_plan_free(HierPlan* h) {
     comm_free(&h->cross);
 }
 
+// the plan's traffic so far (its sub-communicators count their own)
+static inline CommVolume hier_sent(const HierPlan* h) {
+    return {h->node.bytes_sent + h->cross.bytes_sent, h->node.messages_sent + h->cross.messages_sent};
+}
+// adds what the sub-communicators sent since `before` to the parent's counters
+static inline void hier_count(Comm* c, const HierPlan* h, CommVolume before) {
+    CommVolume now = hier_sent(h);
+    c->bytes_sent += now.bytes - before.bytes;
+    c->messages_sent += now.messages - before.messages;
+}
+// the all-reduce across nodes, on the cross communicator
+static inline void hier_cross_allreduce(HierPlan* h, void* buf, size_t count, CommType t, CommOp op, HierInter inter) {
+    if (inter == HIER_INTER_RING) {
+        allreduce_ring(&h->cross, buf, buf, count, t, op);
+    } else {
+        allreduce_recursive_doubling(&h->cross, buf, buf, count, t, op);
+    }
+}
+
 static inline void allreduce_hierarchical_plan(Comm* c, HierPlan* h, const void* send, void* recv, size_t count,
                                                CommType t, CommOp op, HierInter inter) {
     comm_check_args(c, "allreduce_hierarchical", count, t, op, 0);
     if (count == 0) { return; }
     int n = h->node_size, l = h->node.rank;
-    CommVolume before = {h->node.bytes_sent + h->cross.bytes_sent, h->node.messages_sent + h->cross.messages_sent};
+    CommVolume before = hier_sent(h);
     CommOp sub = op == COMM_AVG ? COMM_SUM : op;    // sum everywhere, divide by p once at the end
     comm_copy(c, recv, send, count, t);
     char* own = comm_at(recv, comm_block_offset(count, n, l), t);
     size_t mine = comm_block_count(count, n, l);
     reduce_scatter_ring(&h->node, recv, own, count, t, sub);
-    if (inter == HIER_INTER_RING) {
-        allreduce_ring(&h->cross, own, own, mine, t, sub);
-    } else {
-        allreduce_recursive_doubling(&h->cross, own, own, mine, t, sub);
-    }
+    hier_cross_allreduce(h, own, mine, t, sub, inter);
     comm_avg_finish(c, own, mine, t, op, c->size);
     allgather_ring(&h->node, own, recv, count, t);
-    c->bytes_sent += h->node.bytes_sent + h->cross.bytes_sent - before.bytes;
-    c->messages_sent += h->node.messages_sent + h->cross.messages_sent - before.messages;
+    hier_count(c, h, before);
+}
+
+// One call without a plan of its own: the plan made, used once (by `plan`) and freed.
+typedef void (*HierPlanFn)(Comm*, HierPlan*, const void*, void*, size_t, CommType, CommOp, HierInter);
+static inline void hier_call_once(Comm* c, const char* call, HierPlanFn plan, const void* send, void* recv,
+                                  size_t count, CommType t, CommOp op, int node_size, HierInter inter) {
+    comm_check_args(c, call, count, t, op, 0);
+    comm_check_agree(c, call, "inter-node algorithm", inter);
+    HierPlan h = hier_plan_make(c, call, node_size);
+    int saved = c->check_args;
+    c->check_args = 0;   // checked above
+    plan(c, &h, send, recv, count, t, op, inter);
+    c->check_args = saved;
+    hier_plan_free(&h);
 }
 
 static inline void allreduce_hierarchical(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op,
                                           int node_size, HierInter inter) {
-    comm_check_args(c, "allreduce_hierarchical", count, t, op, 0);
-    comm_check_agree(c, "allreduce_hierarchical", "inter-node algorithm", inter);
-    HierPlan h = hier_plan_make(c, "allreduce_hierarchical", node_size);
-    int saved = c->check_args;
-    c->check_args = 0;   // checked above
-    allreduce_hierarchical_plan(c, &h, send, recv, count, t, op, inter);
-    c->check_args = saved;
-    hier_plan_free(&h);
+    hier_call_once(c, "allreduce_hierarchical", allreduce_hierarchical_plan, send, recv, count, t, op, node_size, inter);
 }
 
 // The lecture's schedule (picture 2 above): sum onto the leader, all-reduce among the leaders,
@@ -130,7 +151,7 @@ static inline void allreduce_hierarchical_leader_plan(Comm* c, HierPlan* h, cons
                                                       CommType t, CommOp op, HierInter inter) {
     comm_check_args(c, "allreduce_hierarchical_leader", count, t, op, 0);
     if (count == 0) { return; }
-    CommVolume before = {h->node.bytes_sent + h->cross.bytes_sent, h->node.messages_sent + h->cross.messages_sent};
+    CommVolume before = hier_sent(h);
     CommOp sub = op == COMM_AVG ? COMM_SUM : op;
     bool leader = h->node.rank == 0;
     // The input is read first on c itself, as every algorithm does: on a device communicator
@@ -139,28 +160,17 @@ static inline void allreduce_hierarchical_leader_plan(Comm* c, HierPlan* h, cons
     comm_copy(c, recv, send, count, t);
     reduce_tree(&h->node, recv, recv, count, t, sub, 0);       // the node's sum, at its leader only
     if (leader) {
-        if (inter == HIER_INTER_RING) {
-            allreduce_ring(&h->cross, recv, recv, count, t, sub);
-        } else {
-            allreduce_recursive_doubling(&h->cross, recv, recv, count, t, sub);
-        }
+        hier_cross_allreduce(h, recv, count, t, sub, inter);
         comm_avg_finish(c, recv, count, t, op, c->size);
     }
     broadcast_tree(&h->node, recv, count, t, 0);
-    c->bytes_sent += h->node.bytes_sent + h->cross.bytes_sent - before.bytes;
-    c->messages_sent += h->node.messages_sent + h->cross.messages_sent - before.messages;
+    hier_count(c, h, before);
 }
 
 static inline void allreduce_hierarchical_leader(Comm* c, const void* send, void* recv, size_t count, CommType t,
                                                  CommOp op, int node_size, HierInter inter) {
-    comm_check_args(c, "allreduce_hierarchical_leader", count, t, op, 0);
-    comm_check_agree(c, "allreduce_hierarchical_leader", "inter-node algorithm", inter);
-    HierPlan h = hier_plan_make(c, "allreduce_hierarchical_leader", node_size);
-    int saved = c->check_args;
-    c->check_args = 0;   // checked above
-    allreduce_hierarchical_leader_plan(c, &h, send, recv, count, t, op, inter);
-    c->check_args = saved;
-    hier_plan_free(&h);
+    hier_call_once(c, "allreduce_hierarchical_leader", allreduce_hierarchical_leader_plan, send, recv, count, t, op,
+                   node_size, inter);
 }
 
 // --- what each rank sends (bytes, messages): the three phases' formulas
