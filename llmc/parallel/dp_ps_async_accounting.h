@@ -62,7 +62,11 @@ static inline void ps_async_summary(DataParallel* dp, const char* log_path) {
     std::vector<uint64_t> all(2 * (size_t)dp->N);
     MPI_Gather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, dp->comm->mpi);
     if (dp->rank != 0) { return; }
-    std::lock_guard<std::mutex> lock(a->mu);   // the server is idle now: every worker waits in the trainer
+    // Every worker has its barrier answer, but the server thread may not yet have counted the last
+    // one it sent (a worker can go on as soon as its message arrives): wait until the server has
+    // finished the barrier. It is idle then, every worker waiting in the trainer.
+    std::unique_lock<std::mutex> lock(a->mu);
+    a->barrier_done.wait(lock, [a] { return a->barriers == a->barriers_sent; });
     printf("%s server: %zu updates in %.2f s, %d barrier(s)\n", a->async ? "asynchronous" : "stale synchronous",
            a->updates.size(), a->updates.empty() ? 0.0 : a->updates.back().seconds, a->barriers);
     for (int w = 0; w < a->N; w++) {

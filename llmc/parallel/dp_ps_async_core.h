@@ -10,6 +10,7 @@
 // the server's log (--ps-log) is written at the end, once every loss is in.
 #pragma once
 
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include "dp_mode.h"
@@ -83,13 +84,14 @@ struct PSAsync {
     int pstage_version;                    //   the version pstage holds (-1: none)
     uint64_t server_bytes;                 // sent by the server (to ranks 1 .. N-1)
     long answers_remote;                   // its answers to ranks 1 .. N-1
-    int barriers;                          // barriers completed
+    int barriers;                          // barriers completed (every answer sent and counted)
     int held;                              // --straggler hold:RANK: served only when no other worker can move (-1: none)
     std::vector<int> bound_waits;          // per worker: its pushes the bound held back (not answered on arrival)
     int max_ahead;                         // the most steps a worker was let go on ahead of the slowest
     double t0;
     // records (the server writes them; the main thread reads them once the server is idle)
     std::mutex mu;
+    std::condition_variable barrier_done;     // the server counted a barrier's answers (ps_async_summary waits on it)
     std::vector<PSAUpdate> updates;
     std::vector<std::vector<float>> losses;   // [worker][clock]
     std::vector<int> pushes;

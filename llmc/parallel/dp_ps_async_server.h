@@ -196,7 +196,8 @@ static inline void psa_server_main(DataParallel* dp) {
             }
             waiting.clear();
             at_barrier = 0;
-            a->barriers++;
+            { std::lock_guard<std::mutex> lock(a->mu); a->barriers++; }   // every answer counted: the summary may read
+            a->barrier_done.notify_all();
         }
     }
     if (!waiting.empty()) { die("--ps-async/--staleness: the server stopped with %zu requests unanswered", waiting.size()); }
