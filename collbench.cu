@@ -64,7 +64,7 @@
 // does the pair with --mca btl_tcp_links 2, two connections per pair) and a flat ring's
 // crossings (one process per direction) are not slowed. On 2 x 2 the probe read beta' in about
 // half the runs while the algorithms' exchanges stayed slow (doc/collectives.md). Which steps:
-// inter_xstep.
+// ab_inter_x.
 // One link per node is the assumption (our namespaces' veth, one NIC); a node with one NIC per
 // GPU would give each flow its own link. One node, or an irregular layout (nodes of unequal
 // size, ranks not in consecutive blocks: said on a "# nodes:" line): one link, rank 0 <-> 1,
@@ -92,6 +92,7 @@ int main() {
 #include "llmc/comm/ps.h"
 #include "llmc/comm/hierarchical.h"
 #include "llmc/comm/torus.h"
+#include "llmc/comm/alpha_beta.h"
 
 #ifdef LLMC_CUDA_COMM
 #define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)
@@ -179,20 +180,7 @@ static double busbw_factor(Prim pr, int p) {
 // pair of ranks). Each wrapper ignores the arguments its primitive does not take.
 typedef void (*RunFn)(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op, int root);
 
-// The links the model uses, measured by the ping-pong (see "Nodes and links" at the top):
-// inside a node (a, b) and between nodes (a2, b2), seconds per message and per byte. On one
-// node, or when the nodes are irregular, there is one link: a2 = a, b2 = b, node = p, and
-// every formula below reduces to its one-link form.
-struct Links {
-    double a, b;       // inside a node
-    double a2, b2;     // between nodes
-    double bx;         // between nodes, a pair exchanging (both ways at once): per byte, each
-                       // way; measured when the ranks span nodes, else = b2 (nothing changes)
-    int node;          // ranks per node: node k = ranks [k node, (k+1) node); p on one node
-    bool spans;        // the ranks span several nodes of `node` ranks each
-};
-// The alpha-beta model: predicted seconds for S bytes on p ranks.
-typedef double (*ModelFn)(const Links& L, double S, int p);
+typedef double (*ModelFn)(const CommLinks& L, double S, int p);
 
 struct Algo {
     Prim prim;
@@ -200,105 +188,6 @@ struct Algo {
     RunFn run;
     ModelFn model;      // NULL: no model (native: MPI picks its own algorithm inside)
 };
-
-// --- model helpers (formulas from the header of each algorithm's file)
-//
-// One step of `bytes` per rank, inside a node or between nodes. Between nodes, `flows` ranks
-// of a node send across at the same time, and they share the node's one network link: each
-// sees flows x beta' per byte. The assumption, made once here: a node has ONE network link
-// (our namespaces' veth, a node with one NIC). A node with one NIC per GPU (a DGX: 8 GPUs,
-// 8 NICs) gives each flow its own link, and there the factor would be 1.
-static double intra_step(const Links& L, double bytes) { return L.a + bytes * L.b; }
-static double inter_step(const Links& L, double bytes, int flows) { return L.a2 + bytes * L.b2 * flows; }
-// The same step when it is an exchange: each of the `flows` crossing ranks of a node swaps its
-// bytes with ONE peer on another node (sendrecv, both directions at once), priced with the
-// measured beta_x instead of beta'. The sharing factor multiplies as for one-way steps: the
-// node's `flows` exchanging pairs split what one pair gets (measured on the emulated cluster,
-// 2 x 2, 16 MiB: two pairs exchanging at once took 2.1 to 4 times a one-way transfer, mostly
-// about 3; flows x beta_x with beta_x = 2 beta' says 4, flows x beta' says 2).
-// The steps priced so (all only when the ranks span nodes):
-//   - every step of the flat ring (reduce-scatter, all-gather, all-reduce) when p = 2: the
-//     left and right neighbours are the same rank on the other node;
-//   - hierarchical step 2 and the leaders' ring of hierarchical_leader when m = 2 nodes (a
-//     ring of 2), for a schedule whose nodes are the machine's (torus2d likewise);
-//   - the butterfly steps of recursive doubling/halving and Rabenseifner whose partners sit on
-//     different nodes (v and v XOR mask send to each other).
-// Not exchanges: a ring of more than 2 (left != right: different processes drive the two
-// directions of a link), the fold steps of a p that is not a power of two (one way), the tree,
-// the pipelined broadcast. Pairwise and Bruck all-to-all have an exchange step too (distance
-// p/2), but their models are a one-flow bound on the slow link and stay one-way.
-static double inter_xstep(const Links& L, double bytes, int flows) { return L.a2 + bytes * L.bx * flows; }
-
-static int floor_log2(int p) { int l = 0; while ((2 << l) <= p) { l++; } return l; }
-static int ceil_log2(int p) { int l = 0; while ((1 << l) < p) { l++; } return l; }
-static bool pow2(int p) { return (p & (p - 1)) == 0; }
-
-// ring.h. A flat ring over nodes of consecutive ranks: in every step the last rank of each node
-// sends to the next node's first (one flow leaves each node), so every step takes the slow
-// link's time: 2 (p-1) (alpha' + S/p beta') for the all-reduce. On one node: the one link.
-// p = 2 on two nodes: every step is an exchange (beta_x).
-static double m_ring_rs(const Links& L, double S, int p) {
-    return (p - 1) * (L.spans && p == 2 ? inter_xstep(L, S / p, 1) : inter_step(L, S / p, 1));
-}
-static double m_ring_ar(const Links& L, double S, int p) { return 2.0 * m_ring_rs(L, S, p); }
-static double m_ring_bcast(const Links& L, double S, int p) {     // the chain crosses every node boundary
-    double C = std::min(S, (double)RING_BROADCAST_CHUNK_BYTES);
-    double chunks = C > 0 ? ceil(S / C) : 0;
-    return (p - 1 + chunks - 1) * inter_step(L, C, 1);
-}
-// tree.h: every round on the slow link (a round whose pairs all stay inside nodes is charged
-// as if it crossed: an upper bound, exact on one node)
-static double m_tree(const Links& L, double S, int p) { return ceil_log2(p) * inter_step(L, S, 1); }
-
-// recursive.h. The butterfly pairs virtual rank v with v XOR mask, mask = 1, 2, 4, .. (doubling)
-// or .., 2, 1 (halving); with nodes of n consecutive ranks (n a power of two, p too) the steps
-// with mask >= n cross nodes, all n ranks of a node at once. The fold (p not a power of two)
-// moves the real ranks, so walk the pairs: a step's time is that of its slowest link, the
-// busiest node's `flows` sharing the slow one. Every butterfly step is an exchange (beta_x).
-static double butterfly_step(const Links& L, int p, int mask, double bytes) {
-    if (!L.spans) { return intra_step(L, bytes); }
-    Fold f = fold_make(p, 0);
-    std::vector<int> out(p / L.node, 0);
-    int flows = 0;
-    for (int v = 0; v < f.p2; v++) {
-        int x = fold_real(f, v), y = fold_real(f, v ^ mask);
-        if (x / L.node != y / L.node) { flows = std::max(flows, ++out[x / L.node]); }
-    }
-    return flows > 0 ? inter_xstep(L, bytes, flows) : intra_step(L, bytes);
-}
-// the fold-in and fold-out of p that is not a power of two: one whole-buffer step each, even
-// r < 2 rem with r + 1
-static double fold_cost(const Links& L, double S, int p) {
-    if (pow2(p)) { return 0.0; }
-    Fold f = fold_make(p, 0);
-    std::vector<int> out(p / L.node, 0);
-    int flows = 0;
-    for (int r = 0; r < 2 * f.rem; r += 2) {
-        if (L.spans && r / L.node != (r + 1) / L.node) { flows = std::max(flows, ++out[r / L.node]); }
-    }
-    return 2.0 * (flows > 0 ? inter_step(L, S, flows) : intra_step(L, S));
-}
-static double m_rd_ar(const Links& L, double S, int p) {          // whole buffers, mask 1, 2, 4, ..
-    double t = fold_cost(L, S, p);
-    for (int mask = 1; mask < (1 << floor_log2(p)); mask *= 2) { t += butterfly_step(L, p, mask, S); }
-    return t;
-}
-// halving reduce-scatter (mask p2/2 with S/2 first, .., mask 1 with S/p2) and doubling
-// all-gather (the same pairs in reverse): at distance mask a rank sends S mask / p2
-static double m_rh_rs(const Links& L, double S, int p) {
-    int p2 = 1 << floor_log2(p);
-    double t = fold_cost(L, S, p);
-    for (int mask = 1; mask < p2; mask *= 2) { t += butterfly_step(L, p, mask, S * mask / p2); }
-    return t;
-}
-static double m_raben(const Links& L, double S, int p) {           // halving + doubling, one fold
-    return 2.0 * m_rh_rs(L, S, p) - fold_cost(L, S, p);
-}
-
-// alltoall.h, bruck.h (S = the p blocks a rank sends; n = S/p per pair): the slow link
-static double m_pairwise(const Links& L, double S, int p) { return (p - 1) * inter_step(L, S / p, 1); }
-static double m_bruck_ag(const Links& L, double S, int p) { return ceil_log2(p) * L.a2 + (p - 1.0) / p * S * L.b2; }
-static double m_bruck_a2a(const Links& L, double S, int p) { return ceil_log2(p) * inter_step(L, S / 2, 1); }
 
 // Algorithms with a parameter of their own: the servers of ps.h (-s), the node size of
 // hierarchical.h (-N) and the grid of torus.h (rows x cols, rows the largest divisor of p
@@ -310,43 +199,11 @@ static int default_node_size(int p) {                   // the largest divisor o
     return n;
 }
 // ps.h: the servers' links carry (p-1) S/s each way (the slow link)
-static double m_ps(const Links& L, double S, int p) { return 2 * (p - 1) * inter_step(L, S / g_servers, 1); }
-
-// hierarchical.h with a schedule of nodes of n ranks, m = p/n of them. When the schedule's
-// nodes are the machine's (n = L.node): steps 1 and 3 inside a node, step 2 between nodes with
-// all n ranks of a node crossing at once (n flows on the node's one link). On one node: the
-// one link everywhere, one flow. A schedule whose nodes are not the machine's (-N not the
-// node size): every step on the slow link, one flow, one-way (a lower bound; say so in the
-// header). Step 2 on m = 2 machine nodes is a ring of 2, an exchange: beta_x.
-static void hier_links(const Links& L, int n, Links* in, int* flows) {
-    bool machine_nodes = L.spans && n == L.node;
-    *in = L;
-    if (L.spans && !machine_nodes) { in->a = L.a2; in->b = L.b2; }
-    *flows = machine_nodes ? n : 1;
-}
-// step 2, one of its 2 (m-1) ring steps: `bytes` per rank, `flows` ranks of a node at once
-static double hier_cross(const Links& L, int n, int m, double bytes, int flows) {
-    bool exchange = L.spans && n == L.node && m == 2;
-    return exchange ? inter_xstep(L, bytes, flows) : inter_step(L, bytes, flows);
-}
-// reduce-scatter -> all-reduce (ring, S/n each) -> all-gather
-static double m_hier_n(const Links& L, double S, int p, int n) {
-    int m = p / n, flows;
-    Links in;
-    hier_links(L, n, &in, &flows);
-    return 2 * (n - 1) * intra_step(in, S / n) + 2 * (m - 1) * hier_cross(L, n, m, S / n / m, flows);
-}
-// the leader variant: tree reduce -> all-reduce among the leaders (ring, the whole buffer, one
-// flow per node) -> tree broadcast
-static double m_leader_n(const Links& L, double S, int p, int n) {
-    int m = p / n, flows;
-    Links in;
-    hier_links(L, n, &in, &flows);
-    return 2 * ceil_log2(n) * intra_step(in, S) + 2 * (m - 1) * hier_cross(L, n, m, S / m, 1);
-}
-static double m_hier(const Links& L, double S, int p) { return m_hier_n(L, S, p, g_node); }
-static double m_leader(const Links& L, double S, int p) { return m_leader_n(L, S, p, g_node); }
-static double m_torus(const Links& L, double S, int p) { return m_hier_n(L, S, p, g_cols); }
+static double m_ps(const CommLinks& L, double S, int p) { return 2 * (p - 1) * ab_inter(L, S / g_servers, 1); }
+// hierarchical.h (both variants), torus.h: the models of alpha_beta.h with -N's node size (torus: a row)
+static double m_hier(const CommLinks& L, double S, int p) { return ab_hier(L, S, p, g_node); }
+static double m_leader(const CommLinks& L, double S, int p) { return ab_leader(L, S, p, g_node); }
+static double m_torus(const CommLinks& L, double S, int p) { return ab_hier(L, S, p, g_cols); }
 
 // The sub-communicators of hierarchical (both variants) and torus are made once (a HierPlan)
 // and reused, so that collbench times the algorithm, not two MPI_Comm_split per call.
@@ -391,36 +248,36 @@ static void allreduce_ps_bench(Comm* c, const void* s, void* r, size_t n, CommTy
 
 static const Algo ALGOS[] = {
     ALGO_REDUCE(P_ALLREDUCE, "native", allreduce_native, NULL),
-    ALGO_REDUCE(P_ALLREDUCE, "ring", allreduce_ring, m_ring_ar),
-    ALGO_REDUCE(P_ALLREDUCE, "recursive_doubling", allreduce_recursive_doubling, m_rd_ar),
-    ALGO_REDUCE(P_ALLREDUCE, "rabenseifner", allreduce_rabenseifner, m_raben),
+    ALGO_REDUCE(P_ALLREDUCE, "ring", allreduce_ring, ab_ring_ar),
+    ALGO_REDUCE(P_ALLREDUCE, "recursive_doubling", allreduce_recursive_doubling, ab_rd_ar),
+    ALGO_REDUCE(P_ALLREDUCE, "rabenseifner", allreduce_rabenseifner, ab_raben),
     ALGO_REDUCE(P_ALLREDUCE, "parameter_server", allreduce_ps_bench, m_ps),
     ALGO_REDUCE(P_ALLREDUCE, "hierarchical", allreduce_hier_bench, m_hier),
     ALGO_REDUCE(P_ALLREDUCE, "hierarchical_leader", allreduce_leader_bench, m_leader),
     ALGO_REDUCE(P_ALLREDUCE, "torus2d", allreduce_torus_bench, m_torus),
 
     ALGO_REDUCE(P_REDUCE_SCATTER, "native", reduce_scatter_native, NULL),
-    ALGO_REDUCE(P_REDUCE_SCATTER, "ring", reduce_scatter_ring, m_ring_rs),
-    ALGO_REDUCE(P_REDUCE_SCATTER, "recursive_halving", reduce_scatter_recursive_halving, m_rh_rs),
+    ALGO_REDUCE(P_REDUCE_SCATTER, "ring", reduce_scatter_ring, ab_ring_rs),
+    ALGO_REDUCE(P_REDUCE_SCATTER, "recursive_halving", reduce_scatter_recursive_halving, ab_rh_rs),
 
     ALGO_GATHER(P_ALLGATHER, "native", allgather_native, NULL),
-    ALGO_GATHER(P_ALLGATHER, "ring", allgather_ring, m_ring_rs),
-    ALGO_GATHER(P_ALLGATHER, "recursive_doubling", allgather_recursive_doubling, m_rh_rs),
-    ALGO_GATHER(P_ALLGATHER, "bruck", allgather_bruck, m_bruck_ag),
+    ALGO_GATHER(P_ALLGATHER, "ring", allgather_ring, ab_ring_rs),
+    ALGO_GATHER(P_ALLGATHER, "recursive_doubling", allgather_recursive_doubling, ab_rh_rs),
+    ALGO_GATHER(P_ALLGATHER, "bruck", allgather_bruck, ab_bruck_ag),
 
     ALGO_BCAST("native", broadcast_native, NULL),
-    ALGO_BCAST("ring", broadcast_ring, m_ring_bcast),
-    ALGO_BCAST("tree", broadcast_tree, m_tree),
+    ALGO_BCAST("ring", broadcast_ring, ab_ring_bcast),
+    ALGO_BCAST("tree", broadcast_tree, ab_tree),
 
     ALGO_ROOTED(P_REDUCE, "native", reduce_native, NULL),
-    ALGO_ROOTED(P_REDUCE, "tree", reduce_tree, m_tree),
+    ALGO_ROOTED(P_REDUCE, "tree", reduce_tree, ab_tree),
 
     ALGO_ROOTED_MOVE(P_GATHER, "native", gather_native, NULL),
     ALGO_ROOTED_MOVE(P_SCATTER, "native", scatter_native, NULL),
 
     ALGO_GATHER(P_ALLTOALL, "native", alltoall_native, NULL),
-    ALGO_GATHER(P_ALLTOALL, "pairwise", alltoall_pairwise, m_pairwise),
-    ALGO_GATHER(P_ALLTOALL, "bruck", alltoall_bruck, m_bruck_a2a),
+    ALGO_GATHER(P_ALLTOALL, "pairwise", alltoall_pairwise, ab_pairwise),
+    ALGO_GATHER(P_ALLTOALL, "bruck", alltoall_bruck, ab_bruck_a2a),
 };
 static const int N_ALGOS = (int)(sizeof(ALGOS) / sizeof(ALGOS[0]));
 
@@ -721,7 +578,7 @@ static double measure_exchange_beta(Comm* c, int x, int y, double alpha) {
 // the planner keeps its --machine's link for a missing line (it needs one of the two). An
 // irregular layout: the one link 0 <-> 1, as intra or inter by where ranks 0 and 1 sit. Rank 0
 // writes FILE.tmp and renames it (common.h), so a reader never sees half a file.
-static void write_links(const char* path, const Nodes& nodes, bool have_intra, const Links& L) {
+static void write_links(const char* path, const Nodes& nodes, bool have_intra, const CommLinks& L) {
     std::string tmp;
     FILE* f = fopen_tmp_for_write(path, &tmp);
     if (L.spans) {
@@ -823,7 +680,7 @@ int main(int argc, char** argv) {
     std::vector<const Algo*> algos = select_algos(o);
     size_t tsize = comm_type_size(o.type);
 
-    Links L;
+    CommLinks L;
     bool have_intra = !two_links || nodes.per_node >= 2;    // nodes of one rank: no link inside a node
     if (have_intra) { measure_alpha_beta(&c, 0, 1, &L.a, &L.b); }
     if (two_links) { measure_alpha_beta(&c, 0, nodes.per_node, &L.a2, &L.b2); }
