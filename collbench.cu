@@ -93,6 +93,7 @@ int main() {
 #include "llmc/comm/hierarchical.h"
 #include "llmc/comm/torus.h"
 #include "llmc/comm/alpha_beta.h"
+#include "llmc/comm/auto.h"
 
 #ifdef LLMC_CUDA_COMM
 #define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)
@@ -205,6 +206,18 @@ static double m_hier(const CommLinks& L, double S, int p) { return ab_hier(L, S,
 static double m_leader(const CommLinks& L, double S, int p) { return ab_leader(L, S, p, g_node); }
 static double m_torus(const CommLinks& L, double S, int p) { return ab_hier(L, S, p, g_cols); }
 
+// auto.h: the model of the algorithm auto takes at this size (its tuning file's, -T, or the
+// formulas' choice)
+static double m_auto(int prim, const CommLinks& L, double S, int p) {
+    int node;
+    std::string a = auto_choose(prim, p, (size_t)S, &node, NULL);
+    return auto_model(prim, a, L, S, p, node);
+}
+static double m_auto_ar(const CommLinks& L, double S, int p) { return m_auto(AUTO_ALLREDUCE, L, S, p); }
+static double m_auto_rs(const CommLinks& L, double S, int p) { return m_auto(AUTO_REDUCE_SCATTER, L, S, p); }
+static double m_auto_ag(const CommLinks& L, double S, int p) { return m_auto(AUTO_ALLGATHER, L, S, p); }
+static double m_auto_bc(const CommLinks& L, double S, int p) { return m_auto(AUTO_BROADCAST, L, S, p); }
+
 // The sub-communicators of hierarchical (both variants) and torus are made once (a HierPlan)
 // and reused, so that collbench times the algorithm, not two MPI_Comm_split per call.
 static HierPlan g_hier_plan, g_torus_plan;
@@ -255,19 +268,23 @@ static const Algo ALGOS[] = {
     ALGO_REDUCE(P_ALLREDUCE, "hierarchical", allreduce_hier_bench, m_hier),
     ALGO_REDUCE(P_ALLREDUCE, "hierarchical_leader", allreduce_leader_bench, m_leader),
     ALGO_REDUCE(P_ALLREDUCE, "torus2d", allreduce_torus_bench, m_torus),
+    ALGO_REDUCE(P_ALLREDUCE, "auto", allreduce_auto, m_auto_ar),
 
     ALGO_REDUCE(P_REDUCE_SCATTER, "native", reduce_scatter_native, NULL),
     ALGO_REDUCE(P_REDUCE_SCATTER, "ring", reduce_scatter_ring, ab_ring_rs),
     ALGO_REDUCE(P_REDUCE_SCATTER, "recursive_halving", reduce_scatter_recursive_halving, ab_rh_rs),
+    ALGO_REDUCE(P_REDUCE_SCATTER, "auto", reduce_scatter_auto, m_auto_rs),
 
     ALGO_GATHER(P_ALLGATHER, "native", allgather_native, NULL),
     ALGO_GATHER(P_ALLGATHER, "ring", allgather_ring, ab_ring_rs),
     ALGO_GATHER(P_ALLGATHER, "recursive_doubling", allgather_recursive_doubling, ab_rh_rs),
     ALGO_GATHER(P_ALLGATHER, "bruck", allgather_bruck, ab_bruck_ag),
+    ALGO_GATHER(P_ALLGATHER, "auto", allgather_auto, m_auto_ag),
 
     ALGO_BCAST("native", broadcast_native, NULL),
     ALGO_BCAST("ring", broadcast_ring, ab_ring_bcast),
     ALGO_BCAST("tree", broadcast_tree, ab_tree),
+    ALGO_BCAST("auto", broadcast_auto, m_auto_bc),
 
     ALGO_ROOTED(P_REDUCE, "native", reduce_native, NULL),
     ALGO_ROOTED(P_REDUCE, "tree", reduce_tree, ab_tree),
@@ -650,6 +667,28 @@ static std::string human(size_t b) {
     return s;
 }
 
+// One algorithm timed at one size: -w warm-up runs, then -R rounds of -n runs; a round's time is
+// the slowest rank's mean, and the fastest round counts, so that a rank descheduled by another
+// job (a shared machine) spoils one round only. The arguments were checked before (the data
+// check), so no per-call agreement check here.
+static double time_algo(Comm* c, const Algo* a, const void* sendbuf, void* recvbuf, size_t call_count, const Opts& o) {
+    c->check_args = 0;
+    for (int k = 0; k < o.warmup; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+    bench_sync(c);
+    double dt = 1e30;
+    for (int round = 0; round < o.rounds; round++) {
+        MPI_Barrier(c->mpi);
+        double t0 = MPI_Wtime();
+        for (int k = 0; k < o.iters; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+        bench_sync(c);                              // device build: the GPU's work is in the time
+        double rt = (MPI_Wtime() - t0) / o.iters;
+        MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c->mpi);
+        dt = std::min(dt, rt);
+    }
+    c->check_args = 1;
+    return dt;
+}
+
 int main(int argc, char** argv) {
     Opts o = parse_opts(argc, argv);                         // before MPI: bad flags die on every rank
     Comm c = comm_init_world(&argc, &argv);
@@ -810,23 +849,7 @@ int main(int argc, char** argv) {
                 MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, c.mpi);
                 total_wrong += wrong;
             }
-            // timing: the arguments were checked above, so no per-call agreement check here
-            c.check_args = 0;
-            for (int k = 0; k < o.warmup; k++) { a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
-            bench_sync(&c);
-            // -R rounds of -n runs each: a round's time is the slowest rank's mean; the fastest round
-            // counts, so that a rank descheduled by another job (a shared machine) spoils one round only
-            double dt = 1e30;
-            for (int round = 0; round < o.rounds; round++) {
-                MPI_Barrier(c.mpi);
-                double t0 = MPI_Wtime();
-                for (int k = 0; k < o.iters; k++) { a->run(&c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
-                bench_sync(&c);                              // device build: the GPU's work is in the time
-                double rt = (MPI_Wtime() - t0) / o.iters;
-                MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c.mpi);
-                dt = std::min(dt, rt);
-            }
-            c.check_args = 1;
+            double dt = time_algo(&c, a, sendbuf, recvbuf, call_count, o);
             double algbw = dt > 0 ? (double)bytes / dt / 1e9 : 0;
             double busbw = algbw * busbw_factor(o.prim, p);
             if (is_native) { native_busbw = busbw; }
