@@ -23,7 +23,7 @@ CPU_OPT ?= -O3 -march=native
 # kept); they let the compiler vectorise sqrtf (AdamW) and the clamps of exp_poly (GELU, softmax)
 CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
-HEADERS = $(wildcard llmc/*.h llmc/*/*.h test/*.h)
+HEADERS = $(wildcard *.h llmc/*.h llmc/*/*.h test/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 # the CPU programs besides the trainer (their rules and what each is: below)
 SERIAL_PROGRAMS = test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu \

@@ -98,10 +98,10 @@ int main() {
 #ifdef LLMC_CUDA_COMM
 #define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)
 #define COLLBENCH_PROG "collbenchcu"
-#define COLLBENCH_FLAGS "befnwcdorpasNRLS"
+#define COLLBENCH_FLAGS "befnwcdorpasNRLTS"
 #else
 #define COLLBENCH_PROG "collbenchcpu"
-#define COLLBENCH_FLAGS "befnwcdorpasNRL"
+#define COLLBENCH_FLAGS "befnwcdorpasNRLT"
 #endif
 
 // --- the benchmarked buffers: host memory (CPU build) or device memory (CUDA build)
@@ -312,6 +312,8 @@ struct Opts {
     int node = 0;        // -N: hierarchical; 0 = the node size (ranks span nodes), else the largest divisor of p <= sqrt(p)
     const char* links = NULL;   // -L: write the links file the planner reads
     int staged = 0;      // -S: device build: host-staged wire even where NCCL could run
+    const char* tuning = NULL;  // -T: the tuning file auto reads
+    const char* tune = NULL;    // --tune: measure and write the tuning file (collbench_tune.h)
 };
 
 static void usage(void) {
@@ -334,6 +336,10 @@ static void usage(void) {
            "             <= sqrt p); torus2d uses a rows x cols grid with rows = that divisor\n"
            "  -L FILE    write the measured links to FILE for the planner (train_gpt2cpu --plan all\n"
            "             --links FILE): 'intra ALPHA_US GB_PER_S', and 'inter ...' when the ranks span nodes\n"
+           "  -T FILE    the tuning file the auto algorithm reads (default: none, the formulas choose)\n"
+           "  --tune FILE  measure which of our algorithms is fastest per size for allreduce, reduce_scatter,\n"
+           "             allgather and broadcast (-b, -e, -f, -n, -R, -w apply), beside the formulas' choice,\n"
+           "             and write FILE for auto (rows of other rank counts in FILE are kept)\n"
 #ifdef COLLBENCH_DEVICE
            "  -S 0|1     device buffers over the host-staged wire (pinned copies + MPI) instead of NCCL;\n"
            "             chosen anyway when ranks share a GPU (default 0)\n"
@@ -372,6 +378,11 @@ static Opts parse_opts(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(); exit(0); }
+        if (strcmp(f, "--tune") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0') { die("collbench: --tune wants a file name"); }
+            o.tune = argv[++i];
+            continue;
+        }
         if (f[0] != '-' || f[1] == '\0' || f[2] != '\0' || strchr(COLLBENCH_FLAGS, f[1]) == NULL) {
             die("collbench: unknown flag '%s' (see -h)", f);
         }
@@ -418,6 +429,10 @@ static Opts parse_opts(int argc, char** argv) {
             case 'L':
                 if (*v == '\0') { die("collbench: -L wants a file name"); }
                 o.links = v;
+                break;
+            case 'T':
+                if (*v == '\0') { die("collbench: -T wants a file name"); }
+                o.tuning = v;
                 break;
         }
     }
@@ -689,6 +704,8 @@ static double time_algo(Comm* c, const Algo* a, const void* sendbuf, void* recvb
     return dt;
 }
 
+#include "collbench_tune.h"
+
 int main(int argc, char** argv) {
     Opts o = parse_opts(argc, argv);                         // before MPI: bad flags die on every rank
     Comm c = comm_init_world(&argc, &argv);
@@ -734,6 +751,14 @@ int main(int argc, char** argv) {
             die("collbench: -L: the ping-pong measured no time per byte (beta = 0), no bandwidth to write to '%s'", o.links);
         }
         if (c.rank == 0) { write_links(o.links, nodes, have_intra, L); }
+    }
+    if (o.tuning) { comm_tuning_load(&c, o.tuning); }
+    if (o.tune) {
+        tune_run(&c, o, L, nodes, have_intra, gamma);
+        if (g_have_hier) { hier_plan_free(&g_hier_plan); }
+        comm_free(&c);
+        comm_finalize();
+        return 0;
     }
 
     // buffers for the largest size: send (full), recv (full), and the native reference; host

@@ -28,6 +28,7 @@ int main() {
 #include "../llmc/comm/ps.h"
 #include "../llmc/comm/hierarchical.h"
 #include "../llmc/comm/torus.h"
+#include "../llmc/comm/auto.h"
 
 static Comm W;
 static const CommType TYPES[] = {COMM_FP32, COMM_BF16, COMM_INT32};
@@ -652,6 +653,76 @@ static void bad_call(const char* what) {
     printf("bad call '%s' returned (%d)\n", what, out);
 }
 
+// auto (llmc/comm/auto.h). Without a tuning file the formulas choose (the default links); with
+// one, its measured winner per size. The file written here makes every candidate the winner of
+// some of the sizes the groups below use (bytes = count x 2 or 4), so each runs bit-exact against
+// MPI with its bytes and messages equal to the chosen algorithm's formula.
+static void test_auto() {
+    int p = W.size, node = 0;
+    for (int d = 2; d < p; d++) { if (p % d == 0) { node = d; break; } }   // a divisor for hierarchical (none: p prime or < 4)
+    Group g;
+    g.name = "auto: its choice";
+    // no file: the formulas with the default links (recursive doubling's alpha log p for small
+    // buffers; for large ones Rabenseifner, whose bytes equal the ring's in fewer steps)
+    int nd;
+    const TuneRow* row;
+    std::string small = auto_choose(AUTO_ALLREDUCE, p, 8, &nd, &row), large = auto_choose(AUTO_ALLREDUCE, p, 64 << 20, &nd, &row);
+    CommLinks L = auto_links(g_auto_tuning, p);
+    bool formula_ok = p < 2 || (small == auto_predict(AUTO_ALLREDUCE, L, 8, p) && large == auto_predict(AUTO_ALLREDUCE, L, 64 << 20, p) &&
+                                small == "recursive_doubling" && (large == "rabenseifner" || !ab_pow2(p)) && row == NULL);
+    record(g, formula_ok, "no file, p=%d: 8 B -> %s, 64 MiB -> %s (want recursive_doubling, rabenseifner)", p, small.c_str(), large.c_str());
+    // the file
+    char path[256];
+    snprintf(path, sizeof(path), "build/test-collectives-tuning-%d.txt", p);
+    if (W.rank == 0) {
+        FILE* f = fopen(path, "w");
+        fprintf(f, "# test_collectives: every candidate wins somewhere\nlink intra 1.0 5.0\n");
+        fprintf(f, "allreduce %d %d 0 15 - ring\nallreduce %d %d 16 2047 - recursive_doubling\n", p, p, p, p);
+        fprintf(f, "allreduce %d %d 2048 16383 - rabenseifner\n", p, p);
+        if (node) { fprintf(f, "allreduce %d %d 16384 99999999 - hierarchical\n", p, node); }
+        fprintf(f, "reduce_scatter %d %d 0 2047 - ring\nreduce_scatter %d %d 2048 99999999 - recursive_halving\n", p, p, p, p);
+        fprintf(f, "allgather %d %d 0 63 - ring\nallgather %d %d 64 2047 - recursive_doubling\n", p, p, p, p);
+        fprintf(f, "allgather %d %d 2048 99999999 - bruck\n", p, p);
+        fprintf(f, "broadcast %d %d 0 2047 - tree\nbroadcast %d %d 2048 99999999 - ring\n", p, p, p, p);
+        fclose(f);
+    }
+    MPI_Barrier(W.mpi);
+    comm_tuning_load(&W, path);
+    struct { int prim; size_t bytes; const char* want; } picks[] = {
+        {AUTO_ALLREDUCE, 8, "ring"}, {AUTO_ALLREDUCE, 100, "recursive_doubling"}, {AUTO_ALLREDUCE, 4036, "rabenseifner"},
+        {AUTO_ALLREDUCE, 800012, node ? "hierarchical" : "rabenseifner"}, {AUTO_REDUCE_SCATTER, 4, "ring"},
+        {AUTO_REDUCE_SCATTER, 4036, "recursive_halving"}, {AUTO_ALLGATHER, 40, "ring"}, {AUTO_ALLGATHER, 1000, "recursive_doubling"},
+        {AUTO_ALLGATHER, 4036, "bruck"}, {AUTO_BROADCAST, 4, "tree"}, {AUTO_BROADCAST, 4036, "ring"},
+    };
+    for (auto& k : picks) {
+        std::string a = auto_choose(k.prim, p, k.bytes, &nd, &row);
+        record(g, a == k.want, "file, p=%d: %s of %zu bytes -> %s, want %s", p, AUTO_PRIM_NAMES[k.prim], k.bytes, a.c_str(), k.want);
+    }
+    // a size in no row: the row nearer in log scale (a file with rows 16..64 and 4096..8192)
+    CommTuning saved = g_auto_tuning, gap;
+    std::string err;
+    bool parsed = tuning_parse("allreduce 3 3 16 64 - ring\nallreduce 3 3 4096 8192 - recursive_doubling\n", &gap, &err);
+    g_auto_tuning = gap;
+    record(g, parsed && auto_choose(AUTO_ALLREDUCE, 3, 4, &nd, &row) == "ring" && auto_choose(AUTO_ALLREDUCE, 3, 500, &nd, &row) == "ring" &&
+           auto_choose(AUTO_ALLREDUCE, 3, 600, &nd, &row) == "recursive_doubling" &&
+           auto_choose(AUTO_ALLREDUCE, 3, 1 << 30, &nd, &row) == "recursive_doubling", "between and outside the rows: %s", err.c_str());
+    g_auto_tuning = saved;
+    // a bad file says which line
+    CommTuning bad;
+    bool refused = !tuning_parse("link intra 1 5\nallreduce 4 4 0 10 ring tree\n", &bad, &err) && err.find("line 2") == 0;
+    record(g, refused, "a row with an algorithm auto does not have (tree for allreduce): refused with its line, got '%s'", err.c_str());
+    report(g);
+    test_allreduce("auto (a tuning file: every candidate)", allreduce_auto, allreduce_auto_volume, false);
+    test_reduce_scatter("auto (a tuning file: every candidate)", reduce_scatter_auto, reduce_scatter_auto_volume);
+    test_allgather("auto (a tuning file: every candidate)", allgather_auto, allgather_auto_volume);
+    test_broadcast("auto (a tuning file: every candidate)", broadcast_auto, broadcast_auto_volume);
+    for (AutoHierPlan& h : g_auto_hier) { hier_plan_free(&h.plan); }
+    g_auto_hier.clear();
+    g_auto_tuning = CommTuning();
+    MPI_Barrier(W.mpi);
+    if (W.rank == 0) { remove(path); }
+}
+
 int main(int argc, char** argv) {
     W = comm_init_world(&argc, &argv);
     if (argc == 3 && strcmp(argv[1], "--bad") == 0) {
@@ -686,6 +757,7 @@ int main(int argc, char** argv) {
     test_alltoallv_pairwise();
     test_parameter_server_formulas();
     test_new_allreduces();
+    test_auto();
     barrier_native(&W);
     if (W.rank == 0) { printf("p=%d: %.1f s, %d failing groups\n", W.size, wall_seconds() - t0, total_failed_groups); }
     comm_free(&W);

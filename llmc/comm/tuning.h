@@ -65,7 +65,7 @@ static inline bool tuning_parse(const std::string& text, CommTuning* T, std::str
         int why_at = 0;
         int n = sscanf(l.c_str(), "%63s %63s %63s %63s %63s %63s %63s %n", w[0], w[1], w[2], w[3], w[4], w[5], w[6], &why_at);
         if (n <= 0 || w[0][0] == '#') { continue; }
-        char buf[160];
+        char buf[256];
         if (strcmp(w[0], "link") == 0) {
             double a = atof(w[2]), g = atof(w[3]);
             if (n < 4 || !(a >= 0) || !(g > 0) || (strcmp(w[1], "intra") != 0 && strcmp(w[1], "inter") != 0)) {
