@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of collbench (collbench.cu): a short sweep of small sizes with the data check on,
 # for every primitive and every algorithm, on 2 and 3 ranks; the total #wrong must be 0.
-# Then -L (the links file, one node) and bad flags: every rank must print the one-line error
+# Then -L (the links file, one node), --tune and auto with its file (-T), and bad flags: every rank must print the one-line error
 # and the job must fail, not hang.
 set -u
 cd "$(dirname "$0")/.."
@@ -53,6 +53,32 @@ else
     echo "FAIL collbench -L one node: $(cat "$links" 2>/dev/null | tr '\n' '|') $(tail -3 <<<"$out")"; status=1
 fi
 
+# --tune FILE: the tuning file for auto (llmc/comm/tuning.h): the link, a row for each of the four
+# primitives, written whole; a second run on 3 ranks adds its rows and keeps the 2 ranks' ones;
+# then auto reads it (-T) and its results are checked as every algorithm's
+tune=build/test/collbench_tuning.txt
+rm -f "$tune" "$tune.tmp"
+out2=$(timeout 120 $MPIRUN -np 2 ./collbenchcpu --tune "$tune" -b 4 -e 64K -f 16 -n 1 -w 0 -R 1 2>&1)
+rc2=$?
+n2=$(grep -cE '^(allreduce|reduce_scatter|allgather|broadcast) 2 2 ' "$tune" 2>/dev/null)
+out3=$(timeout 120 $MPIRUN -np 3 ./collbenchcpu --tune "$tune" -b 4 -e 64K -f 16 -n 1 -w 0 -R 1 2>&1)
+rc3=$?
+prims=$(grep -oE '^(allreduce|reduce_scatter|allgather|broadcast) 3 3 ' "$tune" 2>/dev/null | sort -u | wc -l)
+if [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ ! -e "$tune.tmp" ] && grep -qE '^link intra [0-9.]+ [0-9.e+]+$' "$tune" && [ "$prims" = 4 ] &&
+   [ "$(grep -cE '^(allreduce|reduce_scatter|allgather|broadcast) 2 2 ' "$tune")" = "$n2" ] && [ "$n2" -ge 4 ] &&
+   grep -q "^# --tune broadcast on 3 ranks" <<<"$out3"; then
+    echo "PASS collbench --tune: $n2 rows for 2 ranks kept, rows for all 4 primitives on 3 ranks, the link line"
+else
+    echo "FAIL collbench --tune: exit $rc2/$rc3, $n2 rows for 2 ranks, $prims primitives for 3: $(tail -2 <<<"$out3")"; status=1
+fi
+for prim in allreduce reduce_scatter allgather broadcast; do
+    out=$(timeout 120 $MPIRUN -np 3 ./collbenchcpu -p $prim -a auto -T "$tune" -b 4 -e 256K -f 4 -n 1 -w 0 -R 1 -d bf16 2>&1)
+    if [ $? -eq 0 ] && grep -q '^# #wrong in total: 0$' <<<"$out"; then
+        echo "PASS collbench -a auto -T (the file above) $prim bf16 p=3: #wrong 0"
+    else
+        echo "FAIL collbench -a auto -T $prim p=3: $(tail -3 <<<"$out")"; status=1
+    fi
+done
 # expect_error NAME PATTERN ARGS...: the job fails, without hanging, and prints PATTERN
 expect_error() {
     local name=$1 pattern=$2; shift 2
@@ -75,5 +101,8 @@ expect_error "unknown flag" "error: collbench: unknown flag '-z'" -z 3
 expect_error "bad type" "error: collbench: -d wants float, bf16 or int32, got 'fp64'" -d fp64
 expect_error "bad algorithm" "error: collbench: -a: no algorithm 'tree' for allreduce" -p allreduce -a tree
 expect_error "root out of range" "error: collbench: -r 2 is out of range for 2 ranks" -p broadcast -r 2
+printf 'allreduce 2 2 0 10 - tree\n' >build/test/collbench_bad_tuning.txt
+expect_error "a malformed tuning file" "build/test/collbench_bad_tuning.txt: line 1: want 'PRIM RANKS NODE" -a auto -T build/test/collbench_bad_tuning.txt
+expect_error "a missing tuning file" "cannot read the tuning file 'build/test/no_such_tuning.txt'" -a auto -T build/test/no_such_tuning.txt
 expect_error "links file in a missing directory" "cannot open 'build/test/no/such/links.txt.tmp'" -b 4 -e 4 -L build/test/no/such/links.txt
 exit $status
