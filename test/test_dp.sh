@@ -75,6 +75,28 @@ for np in 2 3 4; do
     pass "np $np: every mode's memory table (measured = formula on every rank) and per-step bytes (counted = formula) checked"
 done
 
+# --- --comm-algo auto (llmc/comm/auto.h) with a tuning file whose rows make two algorithms
+# share the 4 buckets by size (0.11 and 0.19 MiB): the bytes of each step equal the chosen ones'
+# formulas, and the run the single-rank one
+printf '%s\n' "allreduce 3 3 0 150000 - ring" "allreduce 3 3 150001 999999999 - recursive_doubling" \
+    "allreduce 4 4 0 150000 - recursive_doubling" "allreduce 4 4 150001 999999999 - rabenseifner" >"$T/tuning.txt"
+for np in 3 4; do
+    tag="np $np, --comm-algo auto with a tuning file, 4 buckets"
+    rm -f "$T/run.log" "$T/run.bin"
+    if $MPIRUN -np $np $TRAIN --bucket-mb 0.1 --comm-algo auto --comm-tuning "$T/tuning.txt" --log "$T/run.log" --save "$T/run.bin" \
+        >"$T/auto.out" 2>&1; then
+        python3 test/compare_runs.py "$T/ref1.log" "$T/ref1.bin" "$T/run.log" "$T/run.bin" --label "$tag matches 1 rank"
+        steps=$(grep -c "comm | sent .* equal)" "$T/auto.out")
+        if [ "$steps" -eq $STEPS ] && grep -q "^comm  *auto (ours" "$T/auto.out"; then
+            pass "$tag: counted bytes = the chosen algorithms' formulas in all $STEPS steps ($(grep -m1 -o 'sent .* MiB by' "$T/auto.out"))"
+        else
+            fail "$tag: counted communication = formula in $steps of $STEPS steps" "$(grep -m2 'comm' "$T/auto.out")"
+        fi
+    else
+        fail "$tag: the run failed" "$(grep -v '^\s*$' "$T/auto.out" | tail -3)"
+    fi
+done
+
 # --- what the memory table says for ZeRO-3 on 4 ranks: the lecture's (2a + K) Psi / N per rank
 $MPIRUN -np 4 $TRAIN --zero 3 --steps 1 >"$T/z3.out" 2>&1
 psi_pad=$(sed -n 's/.*(\([0-9]*\) padded).*/\1/p' "$T/z3.out" | head -1)
@@ -128,6 +150,8 @@ expect_all "global batch that does not divide among 4 ranks" "does not split int
 expect_all "ZeRO stage out of range" "--zero must be 0, 1, 2 or 3" 2 $TRAIN --zero 4
 expect_all "--offload without ZeRO-1/2" "--offload needs --zero 1 or --zero 2" 2 $TRAIN --offload
 expect_all "a mesh that does not match the ranks" "but mpirun started" 2 $TRAIN --dp 3
+expect_all "--comm-algo auto with ZeRO" "--comm-algo auto is built for --dp-mode ddp without --zero" 2 $TRAIN --comm-algo auto --zero 1
+expect_all "a missing tuning file" "cannot read the tuning file" 2 $TRAIN --comm-algo auto --comm-tuning $T/no_such_tuning.txt
 expect_all "more servers than ranks" "at most the 2 data-parallel ranks" 2 $TRAIN --dp-mode ps --ps-servers 3
 expect_all "ZeRO with the parameter server" "does not combine" 2 $TRAIN --dp-mode ps --zero 1
 expect_all "unknown --dp-mode" "--dp-mode must be" 2 $TRAIN --dp-mode fsdp

@@ -58,6 +58,7 @@ typedef struct {
     int held;             //   --straggler hold:RANK: the server serves this rank last (-1: none)
     const char* compress; // gradient compression (dp_compress.h): "none", "topk:R", "randk:R", "qsgd:B", "sign"
     int error_feedback;   //   1: what was not sent is added to the next step's gradient
+    int comm_auto;        // --comm-algo auto (llmc/comm/auto.h): per call, the tuning file's or the formulas' choice
 } DPConfig;
 
 static const DPModeOps* const DP_MODES[] = {&DP_MODE_NAIVE, &DP_MODE_DDP, &DP_MODE_PS,
@@ -109,6 +110,7 @@ static inline void dp_shape(DataParallel* dp, GPT2* model, int N, int rank, cons
     dp->opt = cfg->offload ? &DP_OPTIMIZER_HOST : &DP_OPTIMIZER_DEVICE;
     dp->offload = cfg->offload;
     dp->use_ring = cfg->use_ring;
+    dp->comm_auto = cfg->comm_auto;
     dp->ps_servers = cfg->ps_servers;
     dp->bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0);
     dp->comm = NULL;
@@ -230,8 +232,8 @@ static inline int dp_print_memory(DataParallel* dp) {
 
 // The collectives this run uses (printed once at start, after the memory table)
 static inline void dp_print_plan(const DataParallel* dp) {
-    printf("comm         %s collectives%s\n", dp->use_ring ? "ring (ours: bytes counted)" : "native MPI (bytes not counted)",
-           dp->ops->comm_note);
+    const char* ours = dp->comm_auto ? "auto (ours, chosen per call by size: llmc/comm/auto.h; bytes counted)" : "ring (ours: bytes counted)";
+    printf("comm         %s collectives%s\n", dp->use_ring ? ours : "native MPI (bytes not counted)", dp->ops->comm_note);
     zeropp_print_plan(dp);
     sched_print_plan(dp);
     compress_print_plan(dp);

@@ -25,6 +25,7 @@
 #include "../train/trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
+#include "../comm/auto.h"
 #include "mesh.h"
 
 // memory categories of the table printed at start
@@ -95,6 +96,7 @@ typedef struct DataParallel {
     const struct DPOptimizerOps* opt;  // the optimizer state on the device, or on the host (offload.h)
     int offload;                  // ZeRO-1/2 with the optimizer state and update on the host
     int use_ring;                 // 1: our ring collectives (counted), 0: the native MPI ones
+    int comm_auto;                //   with use_ring: auto's choice per call instead of the ring (--comm-algo auto)
     int ps_servers;
     size_t bucket_bytes;
     Comm* comm;                   // the data-parallel group
@@ -388,18 +390,21 @@ static inline void dp_run(DataParallel* dp, const char* name, std::function<void
 static inline void compress_allreduce(DataParallel* dp, floatX* buf, size_t n);   // dp_compress.h
 static inline void dp_allreduce_avg(DataParallel* dp, floatX* buf, size_t n) {
     if (dp->compress) { compress_allreduce(dp, buf, n); return; }   // --compress: all-gather of payloads
-    if (dp->use_ring) { allreduce_ring(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
+    if (dp->comm_auto) { allreduce_auto(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
+    else if (dp->use_ring) { allreduce_ring(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
     else { allreduce_native(dp->comm, buf, buf, n, COMM_FLOATX, COMM_AVG); }
 }
 // in place: rank r's averaged block lands at buf + r * n / N (n a multiple of N)
 static inline void dp_reduce_scatter_avg(DataParallel* dp, floatX* buf, size_t n) {
     floatX* mine = buf + (size_t)dp->rank * (n / dp->N);
-    if (dp->use_ring) { reduce_scatter_ring(dp->comm, buf, mine, n, COMM_FLOATX, COMM_AVG); }
+    if (dp->comm_auto) { reduce_scatter_auto(dp->comm, buf, mine, n, COMM_FLOATX, COMM_AVG); }
+    else if (dp->use_ring) { reduce_scatter_ring(dp->comm, buf, mine, n, COMM_FLOATX, COMM_AVG); }
     else { reduce_scatter_native(dp->comm, buf, mine, n, COMM_FLOATX, COMM_AVG); }
 }
 // in place: rank r's block at buf + r * n / N goes to everyone
 static inline void dp_allgather(DataParallel* dp, floatX* buf, size_t n) {
     floatX* mine = buf + (size_t)dp->rank * (n / dp->N);
-    if (dp->use_ring) { allgather_ring(dp->comm, mine, buf, n, COMM_FLOATX); }
+    if (dp->comm_auto) { allgather_auto(dp->comm, mine, buf, n, COMM_FLOATX); }
+    else if (dp->use_ring) { allgather_ring(dp->comm, mine, buf, n, COMM_FLOATX); }
     else { allgather_native(dp->comm, mine, buf, n, COMM_FLOATX); }
 }

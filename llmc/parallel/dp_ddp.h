@@ -43,6 +43,11 @@ static inline float ddp_update(DataParallel* dp, float lr, float beta1, float be
 
 static inline uint64_t ddp_formula_bytes(const DataParallel* dp, int micro) {
     (void)micro;
+    if (dp->comm_auto) {   // each bucket's all-reduce: what the algorithm auto takes for its size sends
+        uint64_t sent = 0;
+        for (const Bucket& b : dp->buckets) { sent += allreduce_auto_volume(b.padded, COMM_FLOATX, dp->N, dp->rank).bytes; }
+        return sent;
+    }
     return 2 * buckets_ring_share(dp);   // all-reduce = reduce-scatter + all-gather
 }
 static inline void ddp_formula_memory(const DataParallel* dp, size_t out[MEM_NCAT]) {

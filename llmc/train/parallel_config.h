@@ -13,13 +13,14 @@
 // Data parallelism's settings (llmc/parallel/dp.h). pipeline: the root's gradients wait for the
 // embedding group's sum; experts: ep owns the expert tensors.
 static inline DPConfig dp_config_from_args(const TrainArgs* a, int pipeline, int experts) {
-    DPConfig cfg = {a->dp_mode, a->zero, a->offload, strcmp(a->comm_algo, "ring") == 0, a->ps_servers, a->bucket_mb, ShardGroup{},
+    DPConfig cfg = {a->dp_mode, a->zero, a->offload, strcmp(a->comm_algo, "native") != 0, a->ps_servers, a->bucket_mb, ShardGroup{},
                     pipeline, experts,
                     a->qwz, a->hpz, a->qgz,   // ZeRO++ on ZeRO-3 (llmc/parallel/dp_zeropp.h)
                     a->comm_chunk_kb, strcmp(a->comm_order, "priority") == 0,   // layer-wise scheduling (dp_priority.h)
                     a->ps_async, a->staleness_bound,                            // (a)synchronous server (dp_ps_async.h)
                     a->straggler && strncmp(a->straggler, "hold:", 5) == 0 ? atoi(a->straggler + 5) : -1,
-                    a->compress, strcmp(a->error_feedback, "on") == 0};         // compression (dp_compress.h)
+                    a->compress, strcmp(a->error_feedback, "on") == 0,          // compression (dp_compress.h)
+                    strcmp(a->comm_algo, "auto") == 0};                         // auto's choice (llmc/comm/auto.h)
     return cfg;
 }
 

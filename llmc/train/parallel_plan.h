@@ -200,7 +200,7 @@ static inline int plan_micro_batch(const Plan* plan) {
 static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
-    int use_ring = strcmp(a->comm_algo, "ring") == 0;
+    int use_ring = strcmp(a->comm_algo, "native") != 0;   // auto: data parallelism's choice; tp, cp, pp, ep keep the ring
     DPConfig cfg = dp_config_from_args(a, 0, a->ep > 1);   // (llmc/train/parallel_config.h: the planner's dry ranks fill it too)
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
@@ -219,6 +219,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
         plan->step = pp_step(&plan->pp);
     }
     if (plan->ncp > 1) { plan->step = cp_step(&plan->cp, plan->step); }   // each rank's part of every sequence
+    if (a->comm_tuning) { comm_tuning_load(&plan->mesh.dp_cp, a->comm_tuning); }   // --comm-algo auto's table
     dp_init(&plan->dp, model, &plan->mesh.dp_cp, &cfg);   // gradients averaged over dp x cp
     memcpy(plan->mem_start, plan->dp.mem_live, sizeof(plan->mem_start));
     if (plan->nep > 1) { ep_init(&plan->ep, model, &plan->mesh.dp_cp, &plan->dp, use_ring); }   // the experts' own group

@@ -249,9 +249,13 @@ static inline void train_args_check(TrainArgs* a) {
     }
     if (a->shuffle && strcmp(a->task, "sft") != 0) { die("--shuffle reorders SFT examples: it needs --task sft, got --task %s", a->task); }
     if (a->offload && (a->zero < 1 || a->zero > 2)) { die("--offload needs --zero 1 or --zero 2 (ZeRO-Offload), got --zero %d", a->zero); }
-    if (strcmp(a->comm_algo, "ring") != 0 && strcmp(a->comm_algo, "native") != 0) {
-        die("--comm-algo must be ring or native, got '%s'", a->comm_algo);
+    if (strcmp(a->comm_algo, "ring") != 0 && strcmp(a->comm_algo, "native") != 0 && strcmp(a->comm_algo, "auto") != 0) {
+        die("--comm-algo must be ring, native or auto, got '%s'", a->comm_algo);
     }
+    if (strcmp(a->comm_algo, "auto") == 0 && (strcmp(a->dp_mode, "ddp") != 0 || a->zero != 0 || strcmp(a->compress, "none") != 0)) {
+        die("--comm-algo auto is built for --dp-mode ddp without --zero and --compress (their byte formulas assume the ring)");
+    }
+    if (a->comm_tuning && strcmp(a->comm_algo, "auto") != 0) { die("--comm-tuning is read by --comm-algo auto only"); }
     if (!(a->bucket_mb > 0)) { die("--bucket-mb must be positive, got %g", a->bucket_mb); }
     if (a->ps_servers < 1) { die("--ps-servers must be >= 1, got %d", a->ps_servers); }
     if (!(a->comm_timeout >= 0.0f)) { die("--comm-timeout must be >= 0 seconds, got %g", a->comm_timeout); }
