@@ -102,31 +102,36 @@ static inline double auto_model(int prim, const std::string& algo, const CommLin
 
 // The candidate the formulas predict fastest (the first of equals); hierarchical only when the
 // links span nodes of `node` ranks
-static inline std::string auto_predict(int prim, const CommLinks& L, double S, int p) {
-    std::string best;
+static inline const char* auto_predict(int prim, const CommLinks& L, double S, int p) {
+    const char* best = "";
     double tbest = INFINITY;
     for (const std::string& a : AUTO_CANDIDATES[prim]) {
         if (a == "hierarchical" && !(L.spans && L.node > 1 && L.node < p)) { continue; }
         double t = auto_model(prim, a, L, S, p, L.node);
-        if (t < tbest) { tbest = t; best = a; }
+        if (t < tbest) { tbest = t; best = a.c_str(); }
     }
     return best;
 }
 
 // auto's choice for `bytes` (the full buffer, as collbench counts it) on p ranks; *node: the
-// ranks per node of the file row it came from (hierarchical), else p; *row: that row or NULL
-static inline std::string auto_choose(int prim, int p, size_t bytes, int* node, const TuneRow** row) {
+// ranks per node of the file row it came from (hierarchical), else p; *row: that row or NULL.
+// Called on every collective: a row that holds the size is found without arithmetic, and the
+// names are the table's own strings (no allocation).
+static inline const char* auto_choose(int prim, int p, size_t bytes, int* node, const TuneRow** row) {
     const TuneRow* best = NULL;
-    double dist = INFINITY;
-    double lb = log((double)std::max(bytes, (size_t)1));
     for (const TuneRow& r : g_auto_tuning.rows) {
-        if (r.prim != prim || r.p != p) { continue; }
-        double d = bytes < r.lo ? log((double)std::max(r.lo, (size_t)1)) - lb
-                 : bytes > r.hi ? lb - log((double)std::max(r.hi, (size_t)1)) : 0.0;
-        if (d < dist) { dist = d; best = &r; }
+        if (r.prim == prim && r.p == p && r.lo <= bytes && bytes <= r.hi) { best = &r; break; }
+    }
+    if (!best) {     // between rows or outside them: the nearest in log scale
+        double dist = INFINITY, lb = log((double)std::max(bytes, (size_t)1));
+        for (const TuneRow& r : g_auto_tuning.rows) {
+            if (r.prim != prim || r.p != p) { continue; }
+            double d = bytes < r.lo ? log((double)r.lo) - lb : lb - log((double)std::max(r.hi, (size_t)1));
+            if (d < dist) { dist = d; best = &r; }
+        }
     }
     if (row) { *row = best; }
-    if (best) { *node = best->node; return best->measured; }
+    if (best) { *node = best->node; return best->measured.c_str(); }
     *node = p;
     return auto_predict(prim, auto_links(g_auto_tuning, p), (double)bytes, p);
 }
@@ -142,57 +147,57 @@ static inline HierPlan* auto_hier_plan(Comm* c, int node) {
 
 static inline void allreduce_auto(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
     int node;
-    std::string a = auto_choose(AUTO_ALLREDUCE, c->size, count * comm_type_size(t), &node, NULL);
-    if (a == "ring") { allreduce_ring(c, send, recv, count, t, op); }
-    else if (a == "recursive_doubling") { allreduce_recursive_doubling(c, send, recv, count, t, op); }
-    else if (a == "rabenseifner") { allreduce_rabenseifner(c, send, recv, count, t, op); }
+    const char* a = auto_choose(AUTO_ALLREDUCE, c->size, count * comm_type_size(t), &node, NULL);
+    if (strcmp(a, "ring") == 0) { allreduce_ring(c, send, recv, count, t, op); }
+    else if (strcmp(a, "recursive_doubling") == 0) { allreduce_recursive_doubling(c, send, recv, count, t, op); }
+    else if (strcmp(a, "rabenseifner") == 0) { allreduce_rabenseifner(c, send, recv, count, t, op); }
     else { allreduce_hierarchical_plan(c, auto_hier_plan(c, node), send, recv, count, t, op, HIER_INTER_RING); }
 }
 // count: the full (unreduced) buffer's elements, as reduce_scatter_ring
 static inline void reduce_scatter_auto(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
     int node;
-    std::string a = auto_choose(AUTO_REDUCE_SCATTER, c->size, count * comm_type_size(t), &node, NULL);
-    if (a == "ring") { reduce_scatter_ring(c, send, recv, count, t, op); }
+    const char* a = auto_choose(AUTO_REDUCE_SCATTER, c->size, count * comm_type_size(t), &node, NULL);
+    if (strcmp(a, "ring") == 0) { reduce_scatter_ring(c, send, recv, count, t, op); }
     else { reduce_scatter_recursive_halving(c, send, recv, count, t, op); }
 }
 // count: the full (gathered) buffer's elements, as allgather_ring
 static inline void allgather_auto(Comm* c, const void* send, void* recv, size_t count, CommType t) {
     int node;
-    std::string a = auto_choose(AUTO_ALLGATHER, c->size, count * comm_type_size(t), &node, NULL);
-    if (a == "ring") { allgather_ring(c, send, recv, count, t); }
-    else if (a == "recursive_doubling") { allgather_recursive_doubling(c, send, recv, count, t); }
+    const char* a = auto_choose(AUTO_ALLGATHER, c->size, count * comm_type_size(t), &node, NULL);
+    if (strcmp(a, "ring") == 0) { allgather_ring(c, send, recv, count, t); }
+    else if (strcmp(a, "recursive_doubling") == 0) { allgather_recursive_doubling(c, send, recv, count, t); }
     else { allgather_bruck(c, send, recv, count, t); }
 }
 static inline void broadcast_auto(Comm* c, void* buf, size_t count, CommType t, int root) {
     int node;
-    std::string a = auto_choose(AUTO_BROADCAST, c->size, count * comm_type_size(t), &node, NULL);
-    if (a == "ring") { broadcast_ring(c, buf, count, t, root); }
+    const char* a = auto_choose(AUTO_BROADCAST, c->size, count * comm_type_size(t), &node, NULL);
+    if (strcmp(a, "ring") == 0) { broadcast_ring(c, buf, count, t, root); }
     else { broadcast_tree(c, buf, count, t, root); }
 }
 
 // What an auto call sends from rank r: the chosen algorithm's volume
 static inline CommVolume allreduce_auto_volume(size_t count, CommType t, int p, int r) {
     int node;
-    std::string a = auto_choose(AUTO_ALLREDUCE, p, count * comm_type_size(t), &node, NULL);
-    if (a == "ring") { return allreduce_ring_volume(count, t, p, r); }
-    if (a == "recursive_doubling") { return allreduce_recursive_doubling_volume(count, t, p, r); }
-    if (a == "rabenseifner") { return allreduce_rabenseifner_volume(count, t, p, r); }
+    const char* a = auto_choose(AUTO_ALLREDUCE, p, count * comm_type_size(t), &node, NULL);
+    if (strcmp(a, "ring") == 0) { return allreduce_ring_volume(count, t, p, r); }
+    if (strcmp(a, "recursive_doubling") == 0) { return allreduce_recursive_doubling_volume(count, t, p, r); }
+    if (strcmp(a, "rabenseifner") == 0) { return allreduce_rabenseifner_volume(count, t, p, r); }
     return allreduce_hierarchical_volume(count, t, p, r, node, HIER_INTER_RING);
 }
 static inline CommVolume reduce_scatter_auto_volume(size_t count, CommType t, int p, int r) {
     int node;
-    std::string a = auto_choose(AUTO_REDUCE_SCATTER, p, count * comm_type_size(t), &node, NULL);
-    return a == "ring" ? reduce_scatter_ring_volume(count, t, p, r) : reduce_scatter_recursive_halving_volume(count, t, p, r);
+    const char* a = auto_choose(AUTO_REDUCE_SCATTER, p, count * comm_type_size(t), &node, NULL);
+    return strcmp(a, "ring") == 0 ? reduce_scatter_ring_volume(count, t, p, r) : reduce_scatter_recursive_halving_volume(count, t, p, r);
 }
 static inline CommVolume allgather_auto_volume(size_t count, CommType t, int p, int r) {
     int node;
-    std::string a = auto_choose(AUTO_ALLGATHER, p, count * comm_type_size(t), &node, NULL);
-    if (a == "ring") { return allgather_ring_volume(count, t, p, r); }
-    if (a == "recursive_doubling") { return allgather_recursive_doubling_volume(count, t, p, r); }
+    const char* a = auto_choose(AUTO_ALLGATHER, p, count * comm_type_size(t), &node, NULL);
+    if (strcmp(a, "ring") == 0) { return allgather_ring_volume(count, t, p, r); }
+    if (strcmp(a, "recursive_doubling") == 0) { return allgather_recursive_doubling_volume(count, t, p, r); }
     return allgather_bruck_volume(count, t, p, r);
 }
 static inline CommVolume broadcast_auto_volume(size_t count, CommType t, int p, int r, int root) {
     int node;
-    std::string a = auto_choose(AUTO_BROADCAST, p, count * comm_type_size(t), &node, NULL);
-    return a == "ring" ? broadcast_ring_volume(count, t, p, r, root, 0) : broadcast_tree_volume(count, t, p, r, root);
+    const char* a = auto_choose(AUTO_BROADCAST, p, count * comm_type_size(t), &node, NULL);
+    return strcmp(a, "ring") == 0 ? broadcast_ring_volume(count, t, p, r, root, 0) : broadcast_tree_volume(count, t, p, r, root);
 }
