@@ -123,9 +123,13 @@ static inline const void* fold_in_reduce(Comm* c, const Fold& f, const void* in,
         comm_send(c, in, count, t, r + 1);
         return in;
     }
-    void* dst = in != work ? work : tmp;    // out of place, the message lands in work directly
-    comm_recv(c, dst, count, t, r - 1);
-    comm_reduce_local(c, work, dst == work ? in : tmp, count, t, op);
+    if (in != work) {   // out of place: the message lands in work, and in is added to it there
+        comm_recv(c, work, count, t, r - 1);
+        comm_reduce_local(c, work, in, count, t, op);
+    } else {
+        comm_recv(c, tmp, count, t, r - 1);
+        comm_reduce_local(c, work, tmp, count, t, op);
+    }
     return work;
 }
 // fold-out of whole buffers: odd r < 2 rem returns the result to r - 1
