@@ -25,6 +25,13 @@
 //   Rabenseifner all-reduce:  2 L alpha + 2 (p-1)/p S beta        (bandwidth-optimal, large S)
 // The fold-in adds one S-sized message before and after (two steps) for the ranks r < 2 rem.
 // The *_volume functions give each rank's exact bytes and messages.
+//
+// No copy of the input: the first step that reduces (the fold-in's, or the first exchange's)
+// reads this rank's data from `send` and lets the partner's data land in place in the output,
+// then adds send's copy to it there (out = received op send). Later steps have their data in the
+// output already; they receive into a scratch buffer and add it in. So an all-reduce touches S
+// bytes less memory than "copy send to recv, then reduce in recv". In place (send == recv) every
+// step receives into the scratch buffer.
 #pragma once
 
 #include <vector>
@@ -57,11 +64,29 @@ static inline std::vector<size_t> fold_block_bounds(const Fold& f, size_t count,
     return b;
 }
 
+// One reducing exchange with `peer`: send n_out elements from `out`, and leave
+// work[keep .. keep + n) = (the peer's n elements) op in[keep .. keep + n). `in` is this rank's
+// data: a buffer apart from work (send, first step: the peer's data lands in work and in is added
+// to it, no copy) or work itself (the peer's data lands in tmp, which is then added into work).
+static inline void reduce_exchange(Comm* c, const void* out, size_t n_out, int peer, const void* in, void* work,
+                                   size_t keep, size_t n, void* tmp, CommType t, CommOp op) {
+    char* dst = comm_at(work, keep, t);
+    if (in != work) {
+        comm_sendrecv(c, out, n_out, peer, dst, n, peer, t);
+        comm_reduce_local(c, dst, comm_at(in, keep, t), n, t, op);
+    } else {
+        comm_sendrecv(c, out, n_out, peer, tmp, n, peer, t);
+        comm_reduce_local(c, dst, tmp, n, t, op);
+    }
+}
+
 // --- the power-of-two cores, on virtual ranks, over a full-size buffer `work`
 
 // Recursive halving: on return, work[b[v] .. b[v+1]) holds the reduction over all virtual
-// ranks. tmp holds at least b[p2] / 2 rounded up to whole ranges (count elements is enough).
-static inline void halving_core(Comm* c, const Fold& f, const std::vector<size_t>& b, void* work, void* tmp, CommType t, CommOp op) {
+// ranks. `in` holds this rank's data on entry: send (read by the first step only) or work
+// itself. tmp holds at least b[p2] / 2 rounded up to whole ranges (count elements is enough).
+static inline void halving_core(Comm* c, const Fold& f, const std::vector<size_t>& b, const void* in, void* work,
+                                void* tmp, CommType t, CommOp op) {
     int v = f.vrank, lo = 0, hi = f.p2;
     for (int mask = f.p2 / 2; mask >= 1; mask /= 2) {
         int mid = lo + mask;
@@ -69,9 +94,9 @@ static inline void halving_core(Comm* c, const Fold& f, const std::vector<size_t
         int keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
         int give_lo = upper ? lo : mid, give_hi = upper ? mid : hi;
         int peer = fold_real(f, v ^ mask);
-        comm_sendrecv(c, comm_at(work, b[give_lo], t), b[give_hi] - b[give_lo], peer,
-                      tmp, b[keep_hi] - b[keep_lo], peer, t);
-        comm_reduce_local(c, comm_at(work, b[keep_lo], t), tmp, b[keep_hi] - b[keep_lo], t, op);
+        reduce_exchange(c, comm_at(in, b[give_lo], t), b[give_hi] - b[give_lo], peer,
+                        in, work, b[keep_lo], b[keep_hi] - b[keep_lo], tmp, t, op);
+        in = work;   // from the second step on, this rank's partial sums are in work
         lo = keep_lo;
         hi = keep_hi;
     }
@@ -88,16 +113,24 @@ static inline void doubling_gather_core(Comm* c, const Fold& f, const std::vecto
     }
 }
 
-// fold-in of whole buffers: even r < 2 rem sends, r + 1 adds it into work
-static inline void fold_in_reduce(Comm* c, const Fold& f, void* work, void* tmp, size_t count, CommType t, CommOp op) {
+// fold-in of whole buffers: even r < 2 rem sends its data `in`, r + 1 reduces it with its own
+// into work. Returns where this rank's data lies now: work for r + 1, else still `in`.
+static inline const void* fold_in_reduce(Comm* c, const Fold& f, const void* in, void* work, void* tmp, size_t count,
+                                         CommType t, CommOp op) {
     int r = c->rank;
-    if (r >= 2 * f.rem) { return; }
+    if (r >= 2 * f.rem) { return in; }
     if (f.vrank < 0) {
-        comm_send(c, work, count, t, r + 1);
+        comm_send(c, in, count, t, r + 1);
+        return in;
+    }
+    if (in != work) {   // out of place: the message lands in work, and in is added to it there
+        comm_recv(c, work, count, t, r - 1);
+        comm_reduce_local(c, work, in, count, t, op);
     } else {
         comm_recv(c, tmp, count, t, r - 1);
         comm_reduce_local(c, work, tmp, count, t, op);
     }
+    return work;
 }
 // fold-out of whole buffers: odd r < 2 rem returns the result to r - 1
 static inline void fold_out(Comm* c, const Fold& f, void* work, size_t count, CommType t) {
@@ -115,15 +148,19 @@ static inline void fold_out(Comm* c, const Fold& f, void* work, size_t count, Co
 static inline void allreduce_recursive_doubling(Comm* c, const void* send, void* recv, size_t count, CommType t, CommOp op) {
     comm_check_args(c, "allreduce_recursive_doubling", count, t, op, 0);
     if (count == 0) { return; }
+    if (c->size == 1) {
+        comm_copy(c, recv, send, count, t);
+        comm_avg_finish(c, recv, count, t, op, 1);
+        return;
+    }
     Fold f = fold_make(c->size, c->rank);
-    comm_copy(c, recv, send, count, t);
     void* tmp = comm_scratch(c, count, t);
-    fold_in_reduce(c, f, recv, tmp, count, t, op);
+    const void* in = fold_in_reduce(c, f, send, recv, tmp, count, t, op);   // this rank's data: send or recv
     if (f.vrank >= 0) {
         for (int mask = 1; mask < f.p2; mask *= 2) {
             int peer = fold_real(f, f.vrank ^ mask);
-            comm_sendrecv(c, recv, count, peer, tmp, count, peer, t);
-            comm_reduce_local(c, recv, tmp, count, t, op);
+            reduce_exchange(c, in, count, peer, in, recv, 0, count, tmp, t, op);
+            in = recv;
         }
         comm_avg_finish(c, recv, count, t, op, c->size);
     }
@@ -135,14 +172,18 @@ static inline void reduce_scatter_recursive_halving(Comm* c, const void* send, v
     comm_check_args(c, "reduce_scatter_recursive_halving", count, t, op, 0);
     if (count == 0) { return; }
     int p = c->size, r = c->rank;
+    if (p == 1) {
+        comm_copy(c, recv, send, count, t);
+        comm_avg_finish(c, recv, count, t, op, 1);
+        return;
+    }
     Fold f = fold_make(p, r);
     void* work = comm_scratch(c, count, t);      // send stays untouched: in place, recv lies inside it
     void* tmp = comm_scratch(c, count, t);
-    comm_copy(c, work, send, count, t);
-    fold_in_reduce(c, f, work, tmp, count, t, op);
+    const void* in = fold_in_reduce(c, f, send, work, tmp, count, t, op);
     std::vector<size_t> b = fold_block_bounds(f, count, p);
     if (f.vrank >= 0) {
-        halving_core(c, f, b, work, tmp, t, op);
+        halving_core(c, f, b, in, work, tmp, t, op);
         comm_avg_finish(c, comm_at(work, b[f.vrank], t), b[f.vrank + 1] - b[f.vrank], t, op, p);
     }
     // fold-out: odd r < 2 rem holds blocks r-1 and r, and hands block r-1 back
@@ -181,15 +222,19 @@ static inline void allreduce_rabenseifner(Comm* c, const void* send, void* recv,
     comm_check_args(c, "allreduce_rabenseifner", count, t, op, 0);
     if (count == 0) { return; }
     int p = c->size;
+    if (p == 1) {
+        comm_copy(c, recv, send, count, t);
+        comm_avg_finish(c, recv, count, t, op, 1);
+        return;
+    }
     Fold f = fold_make(p, c->rank);
-    comm_copy(c, recv, send, count, t);
     void* tmp = comm_scratch(c, count, t);
-    fold_in_reduce(c, f, recv, tmp, count, t, op);
+    const void* in = fold_in_reduce(c, f, send, recv, tmp, count, t, op);   // this rank's data: send or recv
     if (f.vrank >= 0) {
         // after the fold-in only p2 ranks remain: split the buffer evenly among them
         std::vector<size_t> b(f.p2 + 1);
         for (int k = 0; k <= f.p2; k++) { b[k] = comm_block_offset(count, f.p2, k); }
-        halving_core(c, f, b, recv, tmp, t, op);
+        halving_core(c, f, b, in, recv, tmp, t, op);
         comm_avg_finish(c, comm_at(recv, b[f.vrank], t), b[f.vrank + 1] - b[f.vrank], t, op, p);
         doubling_gather_core(c, f, b, recv, t);
     }

@@ -27,34 +27,55 @@ static inline uint16_t float_to_bf16(float f) {
 
 // --- the local reduce. avg reduces as sum here; comm_avg_finish_host divides once the sum is
 // complete.
+//
+// One plain loop per (type, op), the op chosen once outside the loop: then the compiler turns
+// each loop into SIMD (8 floats per AVX2 instruction). A switch on the op inside the loop, per
+// element, keeps it scalar: about 4x slower on fp32, which made the reduction, not the copy, the
+// bottleneck of every reducing step between 256 KiB and a few MiB. Each element's arithmetic is
+// the same either way (no reassociation), so the results are bit for bit those of before.
 
 template <typename T>
-static inline T comm_apply(T a, T b, CommOp op) {
-    switch (op) {
-        case COMM_MAX: return a > b ? a : b;
-        case COMM_MIN: return a < b ? a : b;
-        default: return a + b;
-    }
+static inline T comm_max(T a, T b) { return a > b ? a : b; }
+template <typename T>
+static inline T comm_min(T a, T b) { return a < b ? a : b; }
+
+// d[i] = f(d[i], s[i]); f is a lambda, inlined into the loop
+template <typename T, typename F>
+static inline void comm_reduce_loop(T* d, const T* s, size_t n, F f) {
+    for (size_t i = 0; i < n; i++) { d[i] = f(d[i], s[i]); }
+}
+
+// bf16: widen both to fp32, apply f, round back to nearest-even
+template <typename F>
+static inline void comm_reduce_loop_bf16(uint16_t* d, const uint16_t* s, size_t n, F f) {
+    for (size_t i = 0; i < n; i++) { d[i] = float_to_bf16(f(bf16_to_float(d[i]), bf16_to_float(s[i]))); }
 }
 
 static inline void comm_reduce_local_host(void* dst, const void* src, size_t n, CommType t, CommOp op) {
     if (t == COMM_FP32) {
         float* d = (float*)dst;
         const float* s = (const float*)src;
-        for (size_t i = 0; i < n; i++) { d[i] = comm_apply(d[i], s[i], op); }
+        switch (op) {
+            case COMM_MAX: comm_reduce_loop(d, s, n, [](float a, float b) { return comm_max(a, b); }); break;
+            case COMM_MIN: comm_reduce_loop(d, s, n, [](float a, float b) { return comm_min(a, b); }); break;
+            default: comm_reduce_loop(d, s, n, [](float a, float b) { return a + b; }); break;
+        }
     } else if (t == COMM_INT32) {
         int32_t* d = (int32_t*)dst;
         const int32_t* s = (const int32_t*)src;
-        // sum in uint32 so that overflow wraps (as MPI's does in practice) instead of being UB
-        for (size_t i = 0; i < n; i++) {
-            d[i] = (op == COMM_SUM || op == COMM_AVG) ? (int32_t)((uint32_t)d[i] + (uint32_t)s[i])
-                                                      : comm_apply(d[i], s[i], op);
+        switch (op) {
+            case COMM_MAX: comm_reduce_loop(d, s, n, [](int32_t a, int32_t b) { return comm_max(a, b); }); break;
+            case COMM_MIN: comm_reduce_loop(d, s, n, [](int32_t a, int32_t b) { return comm_min(a, b); }); break;
+            // sum in uint32 so that overflow wraps (as MPI's does in practice) instead of being UB
+            default: comm_reduce_loop(d, s, n, [](int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }); break;
         }
     } else {
         uint16_t* d = (uint16_t*)dst;
         const uint16_t* s = (const uint16_t*)src;
-        for (size_t i = 0; i < n; i++) {
-            d[i] = float_to_bf16(comm_apply(bf16_to_float(d[i]), bf16_to_float(s[i]), op));
+        switch (op) {
+            case COMM_MAX: comm_reduce_loop_bf16(d, s, n, [](float a, float b) { return comm_max(a, b); }); break;
+            case COMM_MIN: comm_reduce_loop_bf16(d, s, n, [](float a, float b) { return comm_min(a, b); }); break;
+            default: comm_reduce_loop_bf16(d, s, n, [](float a, float b) { return a + b; }); break;
         }
     }
 }
