@@ -34,7 +34,9 @@ static double measure_copy(const Comm* c) {
 }
 
 // What the formulas leave out, per rank, for S bytes (the code of each algorithm's file): bytes
-// reduced locally, and bytes copied (send -> recv at the start, the last block out at the end)
+// reduced locally, and bytes copied (out of place: the ring's all-reduce copies send to recv
+// first; recursive doubling, Rabenseifner and halving let the first exchange land in the output;
+// the reduce-scatters copy the last block out; Bruck rotates its result)
 static void tune_extra(int prim, const std::string& a, double S, int p, int node, double* reduced, double* copied) {
     int p2 = 1 << ab_floor_log2(p);
     double fold = ab_pow2(p) ? 0.0 : S;                          // p not a power of two: one fold-in
@@ -42,12 +44,12 @@ static void tune_extra(int prim, const std::string& a, double S, int p, int node
     *copied = 0;
     if (prim == AUTO_ALLREDUCE) {
         if (a == "ring") { *reduced = (p - 1.0) / p * S; *copied = S; }
-        if (a == "recursive_doubling") { *reduced = ab_floor_log2(p) * S + fold; *copied = S; }
-        if (a == "rabenseifner") { *reduced = (p2 - 1.0) / p2 * S + fold; *copied = S; }
+        if (a == "recursive_doubling") { *reduced = ab_floor_log2(p) * S + fold; }
+        if (a == "rabenseifner") { *reduced = (p2 - 1.0) / p2 * S + fold; }
         if (a == "hierarchical") { int m = p / node; *reduced = (node - 1.0) / node * S + (m - 1.0) / m * S / node; *copied = S; }
     } else if (prim == AUTO_REDUCE_SCATTER) {
         *reduced = (p - 1.0) / p * S + (a == "ring" ? 0.0 : fold);
-        *copied = a == "ring" ? S / p : S + S / p;
+        *copied = S / p;
     } else if (prim == AUTO_ALLGATHER) {
         *copied = a == "bruck" ? S + S / p : S / p;
     }
