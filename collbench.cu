@@ -321,7 +321,8 @@ static void usage(void) {
            "  -b BYTES   smallest size (suffix K, M, G allowed; default 8)\n"
            "  -e BYTES   largest size (default 64M)\n"
            "  -f F       multiply the size by F each step (default 2)\n"
-           "  -n N       timed iterations per size (default 20)\n"
+           "  -n N       timed iterations per size (default 20); 0: per size and algorithm, as many as\n"
+           "             make a round of about 20 ms (2 to 10000): latency-bound sizes get thousands\n"
            "  -w N       warm-up iterations per size (default 5)\n"
            "  -R N       rounds of -n timed iterations; the fastest round is reported (default 3)\n"
            "  -c 0|1     check every result against the native collective (default 1)\n"
@@ -397,7 +398,7 @@ static Opts parse_opts(int argc, char** argv) {
                 if (end == v || *end != '\0' || !(o.factor > 1.0)) { die("collbench: -f wants a factor > 1, got '%s'", v); }
                 break;
             }
-            case 'n': o.iters = (int)parse_int(f, v, 1, 1000000); break;
+            case 'n': o.iters = (int)parse_int(f, v, 0, 1000000); break;
             case 'w': o.warmup = (int)parse_int(f, v, 0, 1000000); break;
             case 'c': o.check = (int)parse_int(f, v, 0, 1); break;
             case 'r': o.root = (int)parse_int(f, v, 0, 1 << 30); break;
@@ -690,13 +691,23 @@ static double time_algo(Comm* c, const Algo* a, const void* sendbuf, void* recvb
     c->check_args = 0;
     for (int k = 0; k < o.warmup; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
     bench_sync(c);
+    int iters = o.iters;
+    if (iters == 0) {   // -n 0: as many calls as make a round of about 20 ms (2 to 10000), the same on every rank
+        MPI_Barrier(c->mpi);
+        double t0 = MPI_Wtime();
+        a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root);
+        bench_sync(c);
+        double one = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, c->mpi);
+        iters = (int)std::min(10000.0, std::max(2.0, 0.02 / std::max(one, 1e-9)));
+    }
     double dt = 1e30;
     for (int round = 0; round < o.rounds; round++) {
         MPI_Barrier(c->mpi);
         double t0 = MPI_Wtime();
-        for (int k = 0; k < o.iters; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+        for (int k = 0; k < iters; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
         bench_sync(c);                              // device build: the GPU's work is in the time
-        double rt = (MPI_Wtime() - t0) / o.iters;
+        double rt = (MPI_Wtime() - t0) / iters;
         MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c->mpi);
         dt = std::min(dt, rt);
     }
@@ -782,8 +793,9 @@ int main(int argc, char** argv) {
     bench_upload(&c, sendbuf, sendhost, max_count * tsize);
 
     if (c.rank == 0) {
-        printf("# collbench: %s, %d ranks, type %s, op %s, root %d, iters %d x %d rounds (fastest round), warmup %d, check %d\n",
-               PRIM_NAMES[o.prim], p, comm_type_name(o.type), comm_op_name(o.op), o.root, o.iters, o.rounds, o.warmup, o.check);
+        std::string iters = o.iters > 0 ? std::to_string(o.iters) : "about 20 ms of";
+        printf("# collbench: %s, %d ranks, type %s, op %s, root %d, iters %s x %d rounds (fastest round), warmup %d, check %d\n",
+               PRIM_NAMES[o.prim], p, comm_type_name(o.type), comm_op_name(o.op), o.root, iters.c_str(), o.rounds, o.warmup, o.check);
         printf("# buffers: %s\n", buffers);
 #ifdef COLLBENCH_DEVICE
         printf("# time: wall clock (MPI_Wtime) after cudaDeviceSynchronize; #wrong: results copied back to the host\n");

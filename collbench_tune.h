@@ -76,15 +76,15 @@ static std::string tune_why(int prim, const std::vector<std::string>& cand, cons
             if (t < tb) { tb = t; best = cand[k]; }
         }
         if (best == z.measured) {
-            double rw, cw, rp, cpp;
-            tune_extra(prim, z.measured, (double)z.bytes, p, L.node, &rw, &cw);
-            tune_extra(prim, z.predicted, (double)z.bytes, p, L.node, &rp, &cpp);
+            double rw, rp, copied;    // bytes reduced by the measured and by the predicted winner
+            tune_extra(prim, z.measured, (double)z.bytes, p, L.node, &rw, &copied);
+            tune_extra(prim, z.predicted, (double)z.bytes, p, L.node, &rp, &copied);
             if (term == 1) {
                 snprintf(s, sizeof(s), "the reduction's compute: %s reduces %.0f bytes, %s %.0f (gamma %.3f ns/B)",
                          z.measured.c_str(), rw, z.predicted.c_str(), rp, gamma * 1e9);
             } else {
-                snprintf(s, sizeof(s), "copies: %s copies %.0f bytes, %s %.0f (delta %.3f ns/B), with the reduction's compute",
-                         z.measured.c_str(), cw, z.predicted.c_str(), cpp, delta * 1e9);
+                snprintf(s, sizeof(s), "the reduction's compute and the copies: with gamma %.3f and delta %.3f ns/B the "
+                         "formulas pick %s", gamma * 1e9, delta * 1e9, z.measured.c_str());
             }
             return s;
         }

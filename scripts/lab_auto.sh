@@ -12,14 +12,15 @@
 # size, auto against the bar (>= 0.95x MPI at every size, >= 1.0x from 1 MiB), the crossovers,
 # and the plot $OUT/auto.png. Timings depend on the machine and its load (run it quiet): this is
 # a lab, not a test (make test checks that auto's results are bit-exact, test_collectives).
-#   RANKS="2 4 8"  MAXB=64M  FACTOR=8  ITERS=5  ROUNDS=3  OUT=build/lab-auto
+#   RANKS="2 4 8"  MAXB=64M  FACTOR=8  ITERS=0 (collbench -n 0: about 20 ms of calls a round)  ROUNDS=3
+#   OUT=build/lab-auto
 # About 5 minutes on 2 cores (8 ranks oversubscribed: they yield when idle).
 set -u
 cd "$(dirname "$0")/.."
 RANKS=${RANKS:-2 4 8}
 MAXB=${MAXB:-64M}
 FACTOR=${FACTOR:-8}
-ITERS=${ITERS:-5}
+ITERS=${ITERS:-0}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-build/lab-auto}
 mkdir -p "$OUT"
