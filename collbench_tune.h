@@ -1,4 +1,4 @@
-// collbench --tune FILE: which of our algorithms is fastest, per size, predicted and measured,
+// collbench --tune -T FILE: which of our algorithms is fastest, per size, predicted and measured,
 // written to the tuning file the auto collectives read (llmc/comm/auto.h, llmc/comm/tuning.h).
 // Part of collbench.cu (included before main; it uses the sweep's pieces).
 //
@@ -150,7 +150,7 @@ static void tune_prim(Comm* c, int prim, Opts o, const CommLinks& L, const Nodes
     fflush(stdout);
 }
 
-// --tune FILE: every primitive auto serves, then FILE (rank 0)
+// --tune -T FILE: every primitive auto serves, then FILE (rank 0)
 static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& nodes, bool have_intra, double gamma) {
     int p = c->size;
     if (p < 2) { die("collbench: --tune needs at least 2 ranks"); }
@@ -167,12 +167,12 @@ static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& no
     // the file's rows of other runs (another p or node size) stay; this run's links replace its
     CommTuning old;
     std::string text, err;
-    if (FILE* f = fopen(o.tune, "rb")) {
+    if (FILE* f = fopen(o.tuning, "rb")) {
         char buf[4096];
         size_t k;
         while ((k = fread(buf, 1, sizeof(buf), f)) > 0) { text.append(buf, k); }
         fclose(f);
-        if (!tuning_parse(text, &old, &err)) { die("collbench: --tune: the existing file %s: %s (remove it)", o.tune, err.c_str()); }
+        if (!tuning_parse(text, &old, &err)) { die("collbench: --tune: the existing file %s: %s (remove it)", o.tuning, err.c_str()); }
     }
     CommTuning out = old;
     out.rows.clear();
@@ -184,6 +184,6 @@ static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& no
     char head[256];
     snprintf(head, sizeof(head), "# collbench --tune: the fastest of our algorithms per size (llmc/comm/tuning.h); last run %d ranks, "
              "%d per node, gamma %.3f ns/B, delta %.3f ns/B\n", p, node, gamma * 1e9, delta * 1e9);
-    tuning_write(o.tune, out, head);
-    printf("# tuning file written: %s (%zu rows for %d ranks, %zu in all)\n", o.tune, T.rows.size(), p, out.rows.size());
+    tuning_write(o.tuning, out, head);
+    printf("# tuning file written: %s (%zu rows for %d ranks, %zu in all)\n", o.tuning, T.rows.size(), p, out.rows.size());
 }

@@ -14,10 +14,13 @@
 # a lab, not a test (make test checks that auto's results are bit-exact, test_collectives).
 #   RANKS="2 4 8"  MAXB=64M  FACTOR=8  ITERS=0 (collbench -n 0: about 20 ms of calls a round)  ROUNDS=3
 #   OUT=build/lab-auto
-# About 5 minutes on 2 cores (8 ranks oversubscribed: they yield when idle).
+# Then, as root (CLUSTER=0 skips it): the same on 2 nodes x 2 ranks of scripts/cluster.sh (a 2 Gbit/s
+# link between the nodes): the tuning file gets both links and the hierarchical all-reduce among
+# the candidates; which sizes the formulas give it, which the measurement, and auto's time there.
+# About 6 minutes on 2 cores (8 ranks oversubscribed: they yield when idle).
 set -u
 cd "$(dirname "$0")/.."
-RANKS=${RANKS:-2 4 8}
+RANKS=${RANKS-2 4 8}   # RANKS="" : the cluster part only
 MAXB=${MAXB:-64M}
 FACTOR=${FACTOR:-8}
 ITERS=${ITERS:-0}
@@ -28,12 +31,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --oversubscribe --mca btl self,vader --mca mpi_yield_when_idle 1"
 make -s collbenchcpu >/dev/null || { echo "error: make collbenchcpu failed (it needs mpicxx: scripts/install_deps.sh)"; exit 1; }
 SWEEP="-b 4 -e $MAXB -f $FACTOR -n $ITERS -R $ROUNDS -w 2"
-rm -f "$OUT/tuning.txt"
 args=()
+[ -n "$RANKS" ] && rm -f "$OUT/tuning.txt"
 for p in $RANKS; do
     echo "== $p ranks: collbench --tune (the four primitives), then the all-reduce with auto"
     # shellcheck disable=SC2086
-    $MPIRUN -np "$p" ./collbenchcpu --tune "$OUT/tuning.txt" $SWEEP >"$OUT/tune_p$p.txt" 2>&1 ||
+    $MPIRUN -np "$p" ./collbenchcpu --tune -T "$OUT/tuning.txt" $SWEEP >"$OUT/tune_p$p.txt" 2>&1 ||
         { echo "error: collbench --tune on $p ranks failed: $(tail -2 "$OUT/tune_p$p.txt")"; exit 1; }
     grep -A 12 -- "--tune allreduce" "$OUT/tune_p$p.txt" | sed 's/^/    /'
     # shellcheck disable=SC2086
@@ -41,5 +44,27 @@ for p in $RANKS; do
         >"$OUT/allreduce_p$p.txt" 2>&1 || { echo "error: collbench on $p ranks failed: $(tail -2 "$OUT/allreduce_p$p.txt")"; exit 1; }
     args+=("$p=$OUT/allreduce_p$p.txt")
 done
-/usr/bin/python3 scripts/collbench_auto_report.py "$OUT/auto.png" "${args[@]}" | tee "$OUT/report.md"
-echo "tuning file: $OUT/tuning.txt; logs: $OUT/"
+if [ ${#args[@]} -gt 0 ]; then
+    /usr/bin/python3 scripts/collbench_auto_report.py "$OUT/auto.png" "${args[@]}" | tee "$OUT/report.md"
+    echo "tuning file: $OUT/tuning.txt; logs: $OUT/"
+fi
+
+if [ "${CLUSTER:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
+    NAME=llmcauto
+    trap 'scripts/cluster.sh down --name $NAME >/dev/null 2>&1' EXIT
+    scripts/cluster.sh down --name $NAME >/dev/null 2>&1
+    scripts/cluster.sh up --name $NAME --subnet 10.213.82 --nodes 2 --ranks-per-node 2 --inter-mbit 2000 >"$OUT/cluster_up.txt" 2>&1 ||
+        { echo "error: scripts/cluster.sh up failed: $(tail -2 "$OUT/cluster_up.txt")"; exit 1; }
+    LAUNCH="scripts/launch.sh --hostfile build/cluster-$NAME/hosts --np 4 --"
+    echo "== 2 nodes x 2 ranks: collbench --tune, then the all-reduce with auto"
+    rm -f "$OUT/tuning_cluster.txt"
+    # shellcheck disable=SC2086
+    $LAUNCH ./collbenchcpu --tune -T "$OUT/tuning_cluster.txt" -b 4 -e 16M -f 4 -n 0 -R $ROUNDS -w 2 >"$OUT/tune_cluster.txt" 2>&1 ||
+        { echo "error: collbench --tune on the cluster failed: $(tail -2 "$OUT/tune_cluster.txt")"; exit 1; }
+    grep -E "^link|^allreduce" "$OUT/tuning_cluster.txt" | sed 's/^/    /'
+    # shellcheck disable=SC2086
+    $LAUNCH ./collbenchcpu -p allreduce -a native,ring,recursive_doubling,rabenseifner,hierarchical,auto -T "$OUT/tuning_cluster.txt" -c 0 -b 4 -e 16M -f 4 \
+        -n 0 -R $ROUNDS -w 2 >"$OUT/allreduce_cluster.txt" 2>&1 ||
+        { echo "error: collbench on the cluster failed: $(tail -2 "$OUT/allreduce_cluster.txt")"; exit 1; }
+    /usr/bin/python3 scripts/collbench_auto_report.py "$OUT/auto_cluster.png" "4=$OUT/allreduce_cluster.txt" | tee "$OUT/report_cluster.md"
+fi
