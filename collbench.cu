@@ -313,7 +313,7 @@ struct Opts {
     const char* links = NULL;   // -L: write the links file the planner reads
     int staged = 0;      // -S: device build: host-staged wire even where NCCL could run
     const char* tuning = NULL;  // -T: the tuning file auto reads
-    int tune = 0;               // --tune: measure and write -T's tuning file (collbench_tune.h)
+    int tune = 0;               // --autotune: measure and write -T's tuning file (collbench_tune.h)
 };
 
 static void usage(void) {
@@ -338,10 +338,10 @@ static void usage(void) {
            "  -L FILE    write the measured links to FILE for the planner (train_gpt2cpu --plan all\n"
            "             --links FILE): 'intra ALPHA_US GB_PER_S', and 'inter ...' when the ranks span nodes\n"
            "  -T FILE    the tuning file the auto algorithm reads (default: none, the formulas choose)\n"
-           "  --tune     measure which of our algorithms is fastest per size for allreduce, reduce_scatter,\n"
+           "  --autotune measure which of our algorithms is fastest per size for allreduce, reduce_scatter,\n"
            "             allgather and broadcast (-b, -e, -f, -n, -R, -w apply), beside the formulas' choice,\n"
-           "             and write it to -T FILE for auto (its rows of other rank counts are kept). Not\n"
-           "             --tune FILE: mpirun takes '--tune FILE' anywhere on its line for a file of its own\n"
+           "             and write it to -T FILE for auto (its rows of other rank counts are kept). Not named\n"
+           "             --tune: mpirun takes '--tune FILE' anywhere on its line as a parameter file of its own\n"
 #ifdef COLLBENCH_DEVICE
            "  -S 0|1     device buffers over the host-staged wire (pinned copies + MPI) instead of NCCL;\n"
            "             chosen anyway when ranks share a GPU (default 0)\n"
@@ -380,7 +380,7 @@ static Opts parse_opts(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(); exit(0); }
-        if (strcmp(f, "--tune") == 0) { o.tune = 1; continue; }   // writes -T's file (see usage)
+        if (strcmp(f, "--autotune") == 0) { o.tune = 1; continue; }   // writes -T's file (see usage)
         if (f[0] != '-' || f[1] == '\0' || f[2] != '\0' || strchr(COLLBENCH_FLAGS, f[1]) == NULL) {
             die("collbench: unknown flag '%s' (see -h)", f);
         }
@@ -435,7 +435,7 @@ static Opts parse_opts(int argc, char** argv) {
         }
     }
     if (o.minbytes > o.maxbytes) { die("collbench: -b %zu is larger than -e %zu", o.minbytes, o.maxbytes); }
-    if (o.tune && !o.tuning) { die("collbench: --tune writes the tuning file -T FILE names: add -T FILE"); }
+    if (o.tune && !o.tuning) { die("collbench: --autotune writes the tuning file -T FILE names: add -T FILE"); }
     return o;
 }
 

@@ -1,4 +1,4 @@
-// collbench --tune -T FILE: which of our algorithms is fastest, per size, predicted and measured,
+// collbench --autotune -T FILE: which of our algorithms is fastest, per size, predicted and measured,
 // written to the tuning file the auto collectives read (llmc/comm/auto.h, llmc/comm/tuning.h).
 // Part of collbench.cu (included before main; it uses the sweep's pieces).
 //
@@ -128,7 +128,7 @@ static void tune_prim(Comm* c, int prim, Opts o, const CommLinks& L, const Nodes
         sizes.push_back(z);
     }
     if (c->rank != 0) { return; }
-    printf("#\n# --tune %s on %d ranks%s: time (us) per algorithm; best = our fastest's busbw / native's\n", AUTO_PRIM_NAMES[prim], p,
+    printf("#\n# --autotune %s on %d ranks%s: time (us) per algorithm; best = our fastest's busbw / native's\n", AUTO_PRIM_NAMES[prim], p,
            L.spans ? (" (" + std::to_string(nodes.count) + " nodes)").c_str() : "");
     printf("# %10s %10s", "size(B)", "native");
     for (const std::string& a : cand) { printf(" %19s", a.c_str()); }
@@ -150,11 +150,16 @@ static void tune_prim(Comm* c, int prim, Opts o, const CommLinks& L, const Nodes
     fflush(stdout);
 }
 
-// --tune -T FILE: every primitive auto serves, then FILE (rank 0)
+// --autotune -T FILE: every primitive auto serves, then FILE (rank 0)
 static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& nodes, bool have_intra, double gamma) {
     int p = c->size;
-    if (p < 2) { die("collbench: --tune needs at least 2 ranks"); }
+    if (p < 2) { die("collbench: --autotune needs at least 2 ranks"); }
     double delta = measure_copy(c);
+    if (c->rank == 0) {
+        printf("# --autotune on %d ranks: alpha %.2f us, beta %.4f ns/B (%.2f GB/s)", p, L.a * 1e6, L.b * 1e9, 1e-9 / L.b);
+        if (L.spans) { printf("; between nodes alpha' %.2f us, beta' %.4f ns/B, beta_x %.4f ns/B", L.a2 * 1e6, L.b2 * 1e9, L.bx * 1e9); }
+        printf("; gamma (reduce) %.4f, delta (copy) %.4f ns/B\n", gamma * 1e9, delta * 1e9);
+    }
     size_t max_count = std::max(o.maxbytes / 4, (size_t)1);
     void* sendbuf = bench_alloc(c, max_count, COMM_FP32);
     void* recvbuf = bench_alloc(c, max_count, COMM_FP32);
@@ -172,7 +177,7 @@ static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& no
         size_t k;
         while ((k = fread(buf, 1, sizeof(buf), f)) > 0) { text.append(buf, k); }
         fclose(f);
-        if (!tuning_parse(text, &old, &err)) { die("collbench: --tune: the existing file %s: %s (remove it)", o.tuning, err.c_str()); }
+        if (!tuning_parse(text, &old, &err)) { die("collbench: --autotune: the existing file %s: %s (remove it)", o.tuning, err.c_str()); }
     }
     CommTuning out = old;
     out.rows.clear();
@@ -182,7 +187,7 @@ static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& no
     if (have_intra) { out.have_intra = true; out.intra_alpha_us = L.a * 1e6; out.intra_gbps = 1e-9 / L.b; }
     if (L.spans) { out.have_inter = true; out.inter_alpha_us = L.a2 * 1e6; out.inter_gbps = 1e-9 / L.b2; out.inter_x_gbps = 1e-9 / L.bx; }
     char head[256];
-    snprintf(head, sizeof(head), "# collbench --tune: the fastest of our algorithms per size (llmc/comm/tuning.h); last run %d ranks, "
+    snprintf(head, sizeof(head), "# collbench --autotune: the fastest of our algorithms per size (llmc/comm/tuning.h); last run %d ranks, "
              "%d per node, gamma %.3f ns/B, delta %.3f ns/B\n", p, node, gamma * 1e9, delta * 1e9);
     tuning_write(o.tuning, out, head);
     printf("# tuning file written: %s (%zu rows for %d ranks, %zu in all)\n", o.tuning, T.rows.size(), p, out.rows.size());

@@ -2,7 +2,7 @@
 # The tuner lab (doc/collectives.md, "Which algorithm when: auto"), after the lecture's cost of
 # each all-reduce: alpha log p for recursive doubling, 2 (p-1)/p S beta for the ring and
 # Rabenseifner. On RANKS CPU ranks of this machine, for each rank count:
-#   1. collbench --tune: for all-reduce, reduce-scatter, all-gather and broadcast, every size
+#   1. collbench --autotune: for all-reduce, reduce-scatter, all-gather and broadcast, every size
 #      from 4 B to MAXB (x FACTOR), our fastest algorithm measured beside the formulas' choice
 #      and, where they differ, the term the formulas leave out; the rows go to one tuning file
 #      ($OUT/tuning.txt, rows per rank count);
@@ -34,11 +34,11 @@ SWEEP="-b 4 -e $MAXB -f $FACTOR -n $ITERS -R $ROUNDS -w 2"
 args=()
 [ -n "$RANKS" ] && rm -f "$OUT/tuning.txt"
 for p in $RANKS; do
-    echo "== $p ranks: collbench --tune (the four primitives), then the all-reduce with auto"
+    echo "== $p ranks: collbench --autotune (the four primitives), then the all-reduce with auto"
     # shellcheck disable=SC2086
-    $MPIRUN -np "$p" ./collbenchcpu --tune -T "$OUT/tuning.txt" $SWEEP >"$OUT/tune_p$p.txt" 2>&1 ||
-        { echo "error: collbench --tune on $p ranks failed: $(tail -2 "$OUT/tune_p$p.txt")"; exit 1; }
-    grep -A 12 -- "--tune allreduce" "$OUT/tune_p$p.txt" | sed 's/^/    /'
+    $MPIRUN -np "$p" ./collbenchcpu --autotune -T "$OUT/tuning.txt" $SWEEP >"$OUT/tune_p$p.txt" 2>&1 ||
+        { echo "error: collbench --autotune on $p ranks failed: $(tail -2 "$OUT/tune_p$p.txt")"; exit 1; }
+    grep -A 12 -- "--autotune allreduce" "$OUT/tune_p$p.txt" | sed 's/^/    /'
     # shellcheck disable=SC2086
     $MPIRUN -np "$p" ./collbenchcpu -p allreduce -a native,ring,recursive_doubling,rabenseifner,auto -T "$OUT/tuning.txt" -c 0 $SWEEP \
         >"$OUT/allreduce_p$p.txt" 2>&1 || { echo "error: collbench on $p ranks failed: $(tail -2 "$OUT/allreduce_p$p.txt")"; exit 1; }
@@ -56,11 +56,11 @@ if [ "${CLUSTER:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
     scripts/cluster.sh up --name $NAME --subnet 10.213.82 --nodes 2 --ranks-per-node 2 --inter-mbit 2000 >"$OUT/cluster_up.txt" 2>&1 ||
         { echo "error: scripts/cluster.sh up failed: $(tail -2 "$OUT/cluster_up.txt")"; exit 1; }
     LAUNCH="scripts/launch.sh --hostfile build/cluster-$NAME/hosts --np 4 --"
-    echo "== 2 nodes x 2 ranks: collbench --tune, then the all-reduce with auto"
+    echo "== 2 nodes x 2 ranks: collbench --autotune, then the all-reduce with auto"
     rm -f "$OUT/tuning_cluster.txt"
     # shellcheck disable=SC2086
-    $LAUNCH ./collbenchcpu --tune -T "$OUT/tuning_cluster.txt" -b 4 -e 16M -f 4 -n 0 -R $ROUNDS -w 2 >"$OUT/tune_cluster.txt" 2>&1 ||
-        { echo "error: collbench --tune on the cluster failed: $(tail -2 "$OUT/tune_cluster.txt")"; exit 1; }
+    $LAUNCH ./collbenchcpu --autotune -T "$OUT/tuning_cluster.txt" -b 4 -e 16M -f 4 -n 0 -R $ROUNDS -w 2 >"$OUT/tune_cluster.txt" 2>&1 ||
+        { echo "error: collbench --autotune on the cluster failed: $(tail -2 "$OUT/tune_cluster.txt")"; exit 1; }
     grep -E "^link|^allreduce" "$OUT/tuning_cluster.txt" | sed 's/^/    /'
     # shellcheck disable=SC2086
     $LAUNCH ./collbenchcpu -p allreduce -a native,ring,recursive_doubling,rabenseifner,hierarchical,auto -T "$OUT/tuning_cluster.txt" -c 0 -b 4 -e 16M -f 4 \

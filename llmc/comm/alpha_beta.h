@@ -4,7 +4,7 @@
 // algorithm they predict fastest when no tuning file says otherwise.
 //
 // alpha is the time of a message, beta the time per byte, on the link a step uses: inside a
-// node (a, b) or between nodes (a2, b2). What they leave out (collbench --tune names it where
+// node (a, b) or between nodes (a2, b2). What they leave out (collbench --autotune names it where
 // the measured winner differs from the predicted one): the local reduction's compute (gamma per
 // byte reduced), the copies an algorithm makes, and how a transport segments and progresses
 // long messages.

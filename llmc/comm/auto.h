@@ -6,7 +6,7 @@
 // libraries pick one per call (Open MPI's tuned component by size and p, NCCL's tuner ring or
 // tree). auto does the same, for all-reduce, reduce-scatter, all-gather and broadcast:
 //
-//   1. a tuning file (comm_tuning_load; collbench --tune writes it, llmc/comm/tuning.h) has a
+//   1. a tuning file (comm_tuning_load; collbench --autotune writes it, llmc/comm/tuning.h) has a
 //      row for this primitive, p and size: take its measured winner (a size between two rows:
 //      the row nearer in log scale; outside them: the first or the last row);
 //   2. otherwise the formulas (alpha_beta.h) decide, with the file's links or, without a file,
@@ -56,7 +56,7 @@ static inline void comm_tuning_load(const Comm* c, const char* path) {
         }
     }
     MPI_Bcast(&n, 1, MPI_LONG, 0, c->mpi);
-    if (n < 0) { comm_die(c, "comm_tuning_load", "cannot read the tuning file '%s' (write one: collbench --tune)", path); }
+    if (n < 0) { comm_die(c, "comm_tuning_load", "cannot read the tuning file '%s' (write one: collbench --autotune)", path); }
     text.resize((size_t)n);
     if (n > 0) { MPI_Bcast(&text[0], (int)n, MPI_CHAR, 0, c->mpi); }
     CommTuning T;

@@ -1,7 +1,7 @@
 // The tuning file: which of our algorithms is fastest, per primitive, rank count and size range,
-// as collbench --tune measured it on a machine; the auto collectives (auto.h) read it.
+// as collbench --autotune measured it on a machine; the auto collectives (auto.h) read it.
 //
-//   # collbench --tune: ...                           comments
+//   # collbench --autotune: ...                           comments
 //   link intra 1.12 6.45                              the link inside a node: alpha (us), 1/beta (GB/s)
 //   link inter 18.9 0.24 0.12 shared                  between nodes (when the ranks spanned nodes),
 //                                                     and 1/beta_x, a pair exchanging both ways at once

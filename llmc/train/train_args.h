@@ -44,7 +44,7 @@ typedef struct {
     const char* pp_split;
     const char* dp_mode;
     const char* comm_algo;
-    const char* comm_tuning;    // --comm-algo auto: the tuning file (collbench --tune; NULL: the formulas choose)
+    const char* comm_tuning;    // --comm-algo auto: the tuning file (collbench --autotune; NULL: the formulas choose)
     float bucket_mb;
     const char* trace;
     int profile;
@@ -186,7 +186,7 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"ps-servers", ARG_INT, &a->ps_servers, "parameter-server mode: ranks 0..S-1 are servers"},
         {"offload", ARG_SWITCH, &a->offload, "ZeRO-Offload: optimizer state and update in host memory (--zero 1 or 2)"},
         {"comm-algo", ARG_STRING, &a->comm_algo, "data-parallel collectives: ring (ours, bytes counted), native (MPI/NCCL) or auto (ours, per size)"},
-        {"comm-tuning", ARG_STRING, &a->comm_tuning, "--comm-algo auto: the tuning file collbench --tune wrote (default: the formulas)"},
+        {"comm-tuning", ARG_STRING, &a->comm_tuning, "--comm-algo auto: the tuning file collbench --autotune wrote (default: the formulas)"},
         {"trace", ARG_STRING, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
         {"profile", ARG_SWITCH, &a->profile, "after the run, a table per operation: time, FLOPs, bytes, against this machine's roofline"},
         {"task", ARG_STRING, &a->task, "pretrain (next token), sft (loss on answers only) or rlvr (RL with verifiable rewards)"},
