@@ -61,12 +61,12 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # beside its name (the five slowest and the CPU total at the end); a suite takes 1.2-3x longer here
 # than alone.
 # The binaries a suite runs are built by make before this script starts (Makefile: test-noinstall).
-# In make test on a fresh clone, 2 cores (wall s / CPU s): nvcc 327/372 (two compiles at a time),
-# gpu-bundle 98/71, errors 94/33, collectives 92/58, build-config 92/57, training-state 88/48, the
-# others under 75 s each (cluster 43/2: its ranks run under the nodes' daemons, not counted); the
-# suites' CPU time 1157 s, tests took 640 s (2026-11-28; the session before, without the cluster
-# suite and the leader all-reduce, 1016-1072 s and 541-570 s). Moving planner and emu-collectives
-# from lane 2 to lane 3 gave 641 s. The
+# In make test on a fresh clone, 2 cores (wall s / CPU s): nvcc 224/246 (two compiles at a time),
+# errors 95/28, collectives 92/55, gpu-bundle 80/67, training-state 79/43, build-config 76/49, the
+# others under 65 s each (cluster 30/2: its ranks run under the nodes' daemons, not counted); the
+# suites' CPU time 974 s, tests took 535 s (2026-11-28; the same day before nvcc_check.sh stopped
+# generating and linking the host code of every CUDA program: nvcc 374/385, 1157-1180 s and
+# 640-670 s). Moving planner and emu-collectives from lane 2 to lane 3 did not help. The
 # machine is busy all the time (1.9 cores): a suite made cheaper in CPU makes the whole run shorter,
 # a suite moved to another lane hardly does.
 suite kernels       fast 1 ./test_kernelscpu
