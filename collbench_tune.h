@@ -163,7 +163,10 @@ static void tune_run(Comm* c, const Opts& o, const CommLinks& L, const Nodes& no
     size_t max_count = std::max(o.maxbytes / 4, (size_t)1);
     void* sendbuf = bench_alloc(c, max_count, COMM_FP32);
     void* recvbuf = bench_alloc(c, max_count, COMM_FP32);
-    fill(sendbuf, max_count, COMM_FP32, c->rank);
+    void* host = comm_scratch(max_count, COMM_FP32);       // the data, filled on the host (device build: then copied over)
+    fill(host, max_count, COMM_FP32, c->rank);
+    bench_upload(c, sendbuf, host, max_count * 4);
+    free(host);
     CommTuning T;                                           // this run's rows (rank 0 only)
     for (int prim = 0; prim < AUTO_NPRIM; prim++) { tune_prim(c, prim, o, L, nodes, gamma, delta, sendbuf, recvbuf, &T); }
     bench_free(sendbuf);

@@ -40,7 +40,6 @@ def main():
     for arg in sys.argv[2:]:
         p, path = arg.split("=", 1)
         runs.append((int(p), parse(path, int(p))))
-    worst = []
     for p, rows in runs:
         if "native" not in rows or "auto" not in rows:
             sys.exit(f"p={p}: the log needs native and auto rows")
@@ -69,7 +68,6 @@ def main():
                 bands[-1][1] = s
         print("our fastest by size: " + ", ".join(f"{b[2]} {human(b[0])}..{human(b[1])}" for b in bands))
         print(f"auto: {len(sizes) - bad} of {len(sizes)} sizes at or above the bar")
-        worst.append((p, bad))
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -20,6 +20,7 @@
 #include <vector>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "alpha_beta.h"
 
 typedef enum { AUTO_ALLREDUCE, AUTO_REDUCE_SCATTER, AUTO_ALLGATHER, AUTO_BROADCAST, AUTO_NPRIM } AutoPrim;
