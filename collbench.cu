@@ -20,7 +20,8 @@
 // Conventions (nccl-tests'): size is the bytes of the full buffer S (all-reduce, broadcast,
 // reduce: the buffer; reduce-scatter, all-gather, gather, scatter: the unreduced or gathered
 // buffer; all-to-all: the p blocks a rank sends). count = S / sizeof(type). time is the mean
-// over the -n runs of the slowest rank, in the fastest of -R rounds. algbw = S / time, busbw =
+// over the -n runs of the slowest rank, in the fastest of -R rounds (the algorithms' rounds
+// taken in turn). algbw = S / time, busbw =
 // algbw * factor, the factor making busbw comparable with the wire's bandwidth: all-reduce 2(p-1)/p,
 // reduce-scatter, all-gather, gather, scatter and all-to-all (p-1)/p, broadcast and reduce 1.
 // #wrong counts the elements, summed over ranks, that differ bit for bit from the native
@@ -324,7 +325,7 @@ static void usage(void) {
            "  -n N       timed iterations per size (default 20); 0: per size and algorithm, as many as\n"
            "             make a round of about 20 ms (2 to 10000): latency-bound sizes get thousands\n"
            "  -w N       warm-up iterations per size (default 5)\n"
-           "  -R N       rounds of -n timed iterations; the fastest round is reported (default 3)\n"
+           "  -R N       rounds of -n timed iterations, the algorithms' rounds in turn; the fastest is reported (default 3)\n"
            "  -c 0|1     check every result against the native collective (default 1)\n"
            "  -d TYPE    float, bf16 or int32 (default float)\n"
            "  -o OP      sum, avg, max or min (default sum)\n"
@@ -681,33 +682,38 @@ static std::string human(size_t b) {
     return s;
 }
 
-// One algorithm timed at one size: -w warm-up runs, then -R rounds of -n runs; a round's time is
-// the slowest rank's mean, and the fastest round counts, so that a rank descheduled by another
-// job (a shared machine) spoils one round only. The arguments were checked before (the data
-// check), so no per-call agreement check here.
-static double time_algo(Comm* c, const Algo* a, const void* sendbuf, void* recvbuf, size_t call_count, const Opts& o) {
+// The algorithms of one size timed side by side: each gets -w warm-up runs and its number of
+// runs per round (-n; -n 0: about 20 ms of calls, the same on every rank), then -R rounds are
+// taken in turn, one round of each algorithm after the other, so that a slow spell of a shared
+// machine falls on all of them alike and not on whichever was timed then. A round's time is the
+// slowest rank's mean; each algorithm's fastest round counts, so that a rank descheduled by
+// another job spoils one round only. The arguments were checked before (the data check), so no
+// per-call agreement check here.
+static double time_round(Comm* c, const Algo* a, const void* sendbuf, void* recvbuf, size_t call_count, const Opts& o, int iters) {
+    MPI_Barrier(c->mpi);
+    double t0 = MPI_Wtime();
+    for (int k = 0; k < iters; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
+    bench_sync(c);                              // device build: the GPU's work is in the time
+    double rt = (MPI_Wtime() - t0) / iters;
+    MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c->mpi);
+    return rt;
+}
+static std::vector<double> time_algos(Comm* c, const std::vector<const Algo*>& algos, const void* sendbuf, void* recvbuf,
+                                      size_t call_count, const Opts& o) {
     c->check_args = 0;
-    for (int k = 0; k < o.warmup; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
-    bench_sync(c);
-    int iters = o.iters;
-    if (iters == 0) {   // -n 0: as many calls as make a round of about 20 ms (2 to 10000), the same on every rank
-        MPI_Barrier(c->mpi);
-        double t0 = MPI_Wtime();
-        a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root);
+    std::vector<int> iters;
+    for (const Algo* a : algos) {
+        for (int k = 0; k < o.warmup; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
         bench_sync(c);
-        double one = MPI_Wtime() - t0;
-        MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, c->mpi);
-        iters = (int)std::min(10000.0, std::max(2.0, 0.02 / std::max(one, 1e-9)));
+        int n = o.iters;
+        if (n == 0) { n = (int)std::min(10000.0, std::max(2.0, 0.02 / std::max(time_round(c, a, sendbuf, recvbuf, call_count, o, 1), 1e-9))); }
+        iters.push_back(n);
     }
-    double dt = 1e30;
+    std::vector<double> dt(algos.size(), 1e30);
     for (int round = 0; round < o.rounds; round++) {
-        MPI_Barrier(c->mpi);
-        double t0 = MPI_Wtime();
-        for (int k = 0; k < iters; k++) { a->run(c, sendbuf, recvbuf, call_count, o.type, o.op, o.root); }
-        bench_sync(c);                              // device build: the GPU's work is in the time
-        double rt = (MPI_Wtime() - t0) / iters;
-        MPI_Allreduce(MPI_IN_PLACE, &rt, 1, MPI_DOUBLE, MPI_MAX, c->mpi);
-        dt = std::min(dt, rt);
+        for (size_t i = 0; i < algos.size(); i++) {
+            dt[i] = std::min(dt[i], time_round(c, algos[i], sendbuf, recvbuf, call_count, o, iters[i]));
+        }
     }
     c->check_args = 1;
     return dt;
@@ -869,9 +875,9 @@ int main(int argc, char** argv) {
             algos[0]->run(&c, sendbuf, refbuf, call_count, o.type, o.op, o.root);
             ref = bench_view(&c, refbuf, refhost, n * tsize);
         }
+        // the data check of every algorithm: the native result first, then each one's, bit for bit
+        std::vector<long> wrongs;
         for (const Algo* a : algos) {
-            bool is_native = strcmp(a->name, "native") == 0;
-            // the data check: the native result first, then this algorithm's, compared bit for bit
             long wrong = 0;
             if (o.check) {
                 c.check_args = 1;
@@ -884,16 +890,21 @@ int main(int argc, char** argv) {
                 MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, c.mpi);
                 total_wrong += wrong;
             }
-            double dt = time_algo(&c, a, sendbuf, recvbuf, call_count, o);
+            wrongs.push_back(wrong);
+        }
+        std::vector<double> times = time_algos(&c, algos, sendbuf, recvbuf, call_count, o);
+        for (size_t ai = 0; ai < algos.size(); ai++) {
+            const Algo* a = algos[ai];
+            double dt = times[ai];
             double algbw = dt > 0 ? (double)bytes / dt / 1e9 : 0;
             double busbw = algbw * busbw_factor(o.prim, p);
-            if (is_native) { native_busbw = busbw; }
+            if (strcmp(a->name, "native") == 0) { native_busbw = busbw; }
             rows.push_back({a, bytes, busbw});
             if (c.rank == 0) {
                 char model[32] = "-", ratio[32] = "-", wr[32] = "N/A";
                 if (a->model != NULL && p >= 2) { snprintf(model, sizeof(model), "%.1f", a->model(L, (double)bytes, p) * 1e6); }
                 if (native_busbw > 0 && busbw > 0) { snprintf(ratio, sizeof(ratio), "%.2f", busbw / native_busbw); }
-                if (o.check) { snprintf(wr, sizeof(wr), "%ld", wrong); }
+                if (o.check) { snprintf(wr, sizeof(wr), "%ld", wrongs[ai]); }
                 char rootcol[16];
                 snprintf(rootcol, sizeof(rootcol), rooted ? "%d" : "-", o.root);
                 printf("  %10zu %12zu %6s %6s %5s %-19s %11.1f %9.3f %9.3f %7s %11s %8s\n", bytes, count, comm_type_name(o.type),

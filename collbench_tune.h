@@ -3,8 +3,10 @@
 // Part of collbench.cu (included before main; it uses the sweep's pieces).
 //
 // For all-reduce, reduce-scatter, all-gather and broadcast, at every size from -b to -e (x -f):
-// native and each of auto's candidates timed (time_algo); the measured winner is our fastest,
+// native and each of auto's candidates timed (time_algos); the measured winner is our fastest,
 // the predicted one the formulas' fastest (auto_predict) with the links measured at start-up.
+// Two candidates within 2% of each other are a tie that the timing cannot split (runs on a
+// shared machine differ by more): then the predicted one counts as the measured winner too.
 // Where they differ, the formulas are extended one term at a time, and the first extension
 // that predicts the measured winner names what they leave out:
 //   1. the reduction's compute:  + gamma x the bytes a rank reduces (gamma: measured, local reduce)
@@ -13,6 +15,8 @@
 // One table per primitive on stdout; FILE keeps the rows of other rank counts and node sizes,
 // this run's replace its own (the links too), and is written atomically.
 #pragma once
+
+static const double TUNE_TIE = 1.02;   // within 2% of the fastest: a tie
 
 // delta: seconds per byte of comm_copy (16 MiB), as gamma is of the local reduce
 static double measure_copy(const Comm* c) {
@@ -116,14 +120,19 @@ static void tune_prim(Comm* c, int prim, Opts o, const CommLinks& L, const Nodes
         TuneSize z;
         size_t count = std::max((size_t)bd / 4, (size_t)1);
         z.bytes = count * 4;
-        z.native = time_algo(c, find_algo(prim, "native"), sendbuf, recvbuf, count, o);
+        std::vector<const Algo*> timed = {find_algo(prim, "native")};
+        for (const std::string& a : cand) { timed.push_back(find_algo(prim, a)); }   // hierarchical: -N, the node size
+        std::vector<double> t = time_algos(c, timed, sendbuf, recvbuf, count, o);   // their rounds in turn
+        z.native = t[0];
         double tb = INFINITY;
-        for (const std::string& a : cand) {
-            double t = time_algo(c, find_algo(prim, a), sendbuf, recvbuf, count, o);   // hierarchical: -N, the node size
-            z.t.push_back(t);
-            if (t < tb) { tb = t; z.measured = a; }
+        for (size_t i = 0; i < cand.size(); i++) {
+            z.t.push_back(t[i + 1]);
+            if (t[i + 1] < tb) { tb = t[i + 1]; z.measured = cand[i]; }
         }
         z.predicted = auto_predict(prim, L, (double)z.bytes, p);
+        for (size_t i = 0; i < cand.size(); i++) {   // a tie within the noise: the formulas decide
+            if (cand[i] == z.predicted && z.t[i] <= TUNE_TIE * tb) { z.measured = z.predicted; }
+        }
         if (z.predicted != z.measured) { z.why = tune_why(prim, cand, z, L, p, gamma, delta); }
         sizes.push_back(z);
     }

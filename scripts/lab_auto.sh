@@ -12,7 +12,7 @@
 # size, auto against the bar (>= 0.95x MPI at every size, >= 1.0x from 1 MiB), the crossovers,
 # and the plot $OUT/auto.png. Timings depend on the machine and its load (run it quiet): this is
 # a lab, not a test (make test checks that auto's results are bit-exact, test_collectives).
-#   RANKS="2 4 8"  MAXB=64M  FACTOR=8  ITERS=0 (collbench -n 0: about 20 ms of calls a round)  ROUNDS=3
+#   RANKS="2 4 8"  MAXB=64M  FACTOR=8  ITERS=0 (collbench -n 0: about 20 ms of calls a round)  ROUNDS=5
 #   OUT=build/lab-auto
 # Then, as root (CLUSTER=0 skips it): the same on 2 nodes x 2 ranks of scripts/cluster.sh (a 2 Gbit/s
 # link between the nodes): the tuning file gets both links and the hierarchical all-reduce among
@@ -24,7 +24,7 @@ RANKS=${RANKS-2 4 8}   # RANKS="" : the cluster part only
 MAXB=${MAXB:-64M}
 FACTOR=${FACTOR:-8}
 ITERS=${ITERS:-0}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 OUT=${OUT:-build/lab-auto}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
