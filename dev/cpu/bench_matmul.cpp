@@ -5,7 +5,9 @@
 // Build without (validates ours vs naive; times ours only):
 //   g++ -O3 -march=native -fopenmp dev/cpu/bench_matmul.cpp -o bench_matmul
 // Run:
-//   OMP_NUM_THREADS=2 ./bench_matmul [BT]        (BT = B*T, default 4*64 = 256)
+//   OMP_NUM_THREADS=2 ./bench_matmul [BT] [tiny]   (BT = B*T, default 4*64 = 256; tiny: the default
+//                                                   job's shapes, C = 128, in place of GPT-2 124M's;
+//                                                   that job runs them at BT = 32*64 = 2048)
 //
 // Checks, for each shape (exit code 1 if any fails):
 //  - ours (and OpenBLAS) vs the naive triple loops: error = max|x - ref| / max|ref| <= 1e-4,
@@ -19,6 +21,7 @@
 // Timings: best of several runs, after a warm-up. GFLOP/s counts 2*BT*C*OC for the forward
 // and 4*BT*C*OC for the backward; "speed ours/OpenBLAS" = OpenBLAS time / our time.
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
@@ -136,7 +139,9 @@ static Timing time_it(const Problem& P, ForwardFn fwd, BackwardFn bwd, int reps)
 
 int main(int argc, char** argv) {
     int BT = (argc > 1) ? atoi(argv[1]) : 256;
-    const int shapes[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}};  // (C, OC)
+    bool tiny = argc > 2 && strcmp(argv[2], "tiny") == 0;
+    std::vector<std::pair<int, int>> shapes = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}};  // (C, OC)
+    if (tiny) { shapes = {{128, 384}, {128, 128}, {128, 512}, {512, 128}, {128, 320}}; }   // the default job's model
     const double tol = 1e-4;
     int nthreads = omp_get_max_threads();
     bool all_ok = true;
@@ -158,7 +163,7 @@ int main(int argc, char** argv) {
     double total_flops = 0.0, total_ours = 0.0, total_blas = 0.0;
     for (const auto& shape : shapes) {
         Problem P;
-        P.BT = BT; P.C = shape[0]; P.OC = shape[1];
+        P.BT = BT; P.C = shape.first; P.OC = shape.second;
         int C = P.C, OC = P.OC;
         P.inp.resize((size_t)BT * C); P.weight.resize((size_t)OC * C); P.bias.resize(OC);
         P.dout.resize((size_t)BT * OC); P.dweight0.resize((size_t)OC * C); P.dbias0.resize(OC);

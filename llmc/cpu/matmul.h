@@ -31,12 +31,15 @@
 // ----------------------------------------------------------------------------
 // our GEMM: the loop over tiles
 
-// Cm (M x N, row stride ldc) = (accumulate ? Cm : 0) + A (M x K) . Bm (K x N), strided A, Bm.
+// Cm (M x N, row stride ldc) = (accumulate ? Cm : start) + A (M x K) . Bm (K x N), strided A, Bm;
+// start: every row starts from start[0:N] (the forward's bias), or from 0 when NULL. Adding it
+// as the tiles are stored saves a pass over Cm that would first copy the bias into every row.
 static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam, size_t sak,
-                                const float* Bm, size_t sbk, size_t sbn, float* Cm, size_t ldc, bool accumulate) {
+                                const float* Bm, size_t sbk, size_t sbn, float* Cm, size_t ldc, bool accumulate,
+                                const float* start = NULL) {
     if (M <= 0 || N <= 0) { return; }
     if (K <= 0) {  // empty sum
-        if (!accumulate) { for (int m = 0; m < M; m++) { for (int n = 0; n < N; n++) { Cm[m * ldc + n] = 0.0f; } } }
+        if (!accumulate) { for (int m = 0; m < M; m++) { for (int n = 0; n < N; n++) { Cm[m * ldc + n] = start ? start[n] : 0.0f; } } }
         return;
     }
     MMTiles tiles = mm_tiles(M, N, K);   // tm x tn tiles of mc x nc, k in tk blocks of kcmax
@@ -68,7 +71,8 @@ static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam,
                     for (int ir = 0; ir < mlen; ir += MM_MR) {
                         int mr = (mlen - ir < MM_MR) ? mlen - ir : MM_MR;
                         mm_micro_kernel(kc, Ap + (size_t)ir * kc, Bp + (size_t)jr * kc,
-                                        Cm + (m0 + ir) * ldc + (n0 + jr), ldc, mr, nr, accumulate || k0 > 0);
+                                        Cm + (m0 + ir) * ldc + (n0 + jr), ldc, mr, nr, accumulate || k0 > 0,
+                                        start ? start + n0 + jr : NULL);
                     }
                 }
             }
@@ -78,12 +82,7 @@ static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam,
 
 static inline void matmul_forward_blocked(float* out, const float* inp, const float* weight, const float* bias,
                                           int B, int T, int C, int OC) {
-    int BT = B * T;
-    if (bias != NULL) {  // start from the bias and accumulate the product on top of it
-        #pragma omp parallel for schedule(static)
-        for (int bt = 0; bt < BT; bt++) { memcpy(out + (size_t)bt * OC, bias, (size_t)OC * sizeof(float)); }
-    }
-    gemm_blocked(BT, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL);
+    gemm_blocked(B * T, OC, C, inp, C, 1, weight, 1, C, out, OC, false, bias);   // each row starts from the bias
 }
 
 static inline void matmul_backward_blocked(float* dinp, float* dweight, float* dbias, const float* dout,

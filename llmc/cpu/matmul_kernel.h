@@ -48,9 +48,11 @@ static inline MMTiles mm_tiles(int M, int N, int K) {
 }
 
 // c[0:mr][0:nr] (+)= sum_p a[p][0:MR] (outer product) b[p][0:NR]   (c has row stride ldc)
-// a: packed MR-sliver (a[p*MR + i]), b: packed NR-sliver (b[p*NR + j]).
+// a: packed MR-sliver (a[p*MR + i]), b: packed NR-sliver (b[p*NR + j]). Not accumulating, c
+// starts from start[0:nr] in every row (the forward's bias), or from 0 when start is NULL.
 static inline void mm_micro_kernel(int kc, const float* __restrict a, const float* __restrict b,
-                                   float* __restrict c, size_t ldc, int mr, int nr, bool accumulate) {
+                                   float* __restrict c, size_t ldc, int mr, int nr, bool accumulate,
+                                   const float* __restrict start) {
     mm_vec acc_v[MM_MR][2] = {};   // the 12 accumulators (g++ -O3 keeps them in registers)
     for (int p = 0; p < kc; p++) {
         mm_vec b0 = *(const mm_vec*)(b + p * MM_NR), b1 = *(const mm_vec*)(b + p * MM_NR + MM_NR / 2);
@@ -62,13 +64,15 @@ static inline void mm_micro_kernel(int kc, const float* __restrict a, const floa
     }
     float acc[MM_MR][MM_NR];
     memcpy(acc, acc_v, sizeof(acc));
+    float s0[MM_NR] = {};   // what c starts from when not accumulating
+    if (!accumulate && start != NULL) { for (int j = 0; j < nr; j++) { s0[j] = start[j]; } }
     if (mr == MM_MR && nr == MM_NR) {  // full tile: fixed trip counts, vector stores
         for (int i = 0; i < MM_MR; i++) {
-            for (int j = 0; j < MM_NR; j++) { c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j]; }
+            for (int j = 0; j < MM_NR; j++) { c[i * ldc + j] = (accumulate ? c[i * ldc + j] : s0[j]) + acc[i][j]; }
         }
     } else {  // edge tile: store only the valid part
         for (int i = 0; i < mr; i++) {
-            for (int j = 0; j < nr; j++) { c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j]; }
+            for (int j = 0; j < nr; j++) { c[i * ldc + j] = (accumulate ? c[i * ldc + j] : s0[j]) + acc[i][j]; }
         }
     }
 }
