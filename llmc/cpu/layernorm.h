@@ -63,8 +63,7 @@ static inline void layernorm_backward(float* dinp, float* dweight, float* dbias,
         }
     }
     // 2) weight and bias gradients: a sum over rows. Each thread owns blocks of 64 channels and
-    //    walks every row in order: no races, same result for any thread count. (A block is one
-    //    pass over the rows; 64 channels keep the pass's sums in a few vector registers.)
+    //    walks every row in order, in one pass: no races, same result for any thread count.
     //    (skipped when dweight is NULL: the zero-bubble B pass)
     const int CB = 64;
     int nblocks = dweight != NULL ? (C + CB - 1) / CB : 0;
@@ -74,13 +73,8 @@ static inline void layernorm_backward(float* dinp, float* dweight, float* dbias,
         float dw[CB], db[CB];
         for (int j = 0; j < n; j++) { dw[j] = dweight[c0 + j]; db[j] = dbias[c0 + j]; }
         for (int i = 0; i < N; i++) {
-            const float* x = inp + (size_t)i * C + c0;
-            const float* dy = dout + (size_t)i * C + c0;
-            float m = mean[i], s = rstd[i];
-            for (int j = 0; j < n; j++) {
-                dw[j] += dy[j] * (x[j] - m) * s;
-                db[j] += dy[j];
-            }
+            const float *x = inp + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
+            for (int j = 0; j < n; j++) { dw[j] += dy[j] * (x[j] - mean[i]) * rstd[i]; db[j] += dy[j]; }
         }
         for (int j = 0; j < n; j++) { dweight[c0 + j] = dw[j]; dbias[c0 + j] = db[j]; }
     }

@@ -32,8 +32,7 @@
 // our GEMM: the loop over tiles
 
 // Cm (M x N, row stride ldc) = (accumulate ? Cm : start) + A (M x K) . Bm (K x N), strided A, Bm;
-// start: every row starts from start[0:N] (the forward's bias), or from 0 when NULL. Adding it
-// as the tiles are stored saves a pass over Cm that would first copy the bias into every row.
+// start: each row's start (the forward's bias, added as tiles are stored: no pass over Cm), or 0.
 static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam, size_t sak,
                                 const float* Bm, size_t sbk, size_t sbn, float* Cm, size_t ldc, bool accumulate,
                                 const float* start = NULL) {
@@ -43,39 +42,45 @@ static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam,
         return;
     }
     MMTiles tiles = mm_tiles(M, N, K);   // tm x tn tiles of mc x nc, k in tk blocks of kcmax
-    int tm = tiles.tm, tn = tiles.tn, tk = tiles.tk, mc = tiles.mc, nc = tiles.nc, kcmax = tiles.kcmax;
+    bool a_direct = sam == 1;
+    int tm = tiles.tm, tn = tiles.tn, mc = tiles.mc, nc = tiles.nc, kcmax = tiles.kcmax;
     #pragma omp parallel
     {
         float* buf = mm_thread_buffer((size_t)(mc + nc) * kcmax);   // this thread's, kept from call to call
         float* Ap = buf;                        // packed MC x KC block of A
         float* Bp = buf + (size_t)mc * kcmax;   // packed KC x NC block of Bm
-        int packed_jt = -1;  // the tile column whose Bm block is in Bp (used when tk == 1)
-        // Tiles are numbered down each tile column, and each thread gets a contiguous range
-        // of them, so consecutive tiles of a thread mostly share their Bm block: with a
-        // single k block (dweight: K = BT) it is packed once, not once per tile.
-        #pragma omp for schedule(static)
-        for (int t = 0; t < tm * tn; t++) {
-            int it = t % tm, jt = t / tm;
-            int m0 = it * mc, mlen = (M - m0 < mc) ? M - m0 : mc;
+        // Tiles are numbered down each tile column, and each thread takes a contiguous range of
+        // them (as a static schedule would). A run of its tiles in one column shares that
+        // column's Bm: each k block of it is packed once, and the run's tiles use it in turn.
+        int nth = omp_get_num_threads(), id = omp_get_thread_num(), ntiles = tm * tn;
+        int t_end = (int)((long)ntiles * (id + 1) / nth);
+        for (int t = (int)((long)ntiles * id / nth); t < t_end;) {
+            int jt = t / tm, run_end = (jt + 1) * tm < t_end ? (jt + 1) * tm : t_end;
             int n0 = jt * nc, nlen = (N - n0 < nc) ? N - n0 : nc;
             for (int k0 = 0; k0 < K; k0 += kcmax) {
                 int kc = (K - k0 < kcmax) ? K - k0 : kcmax;
-                mm_pack(Ap, A + m0 * sam + k0 * sak, sam, sak, mlen, kc, MM_MR);
-                if (tk > 1 || jt != packed_jt) {
-                    mm_pack(Bp, Bm + n0 * sbn + k0 * sbk, sbn, sbk, nlen, kc, MM_NR);
-                    packed_jt = jt;
-                }
-                // for each Bm sliver (stays in L1), run down all the A slivers (from L2)
-                for (int jr = 0; jr < nlen; jr += MM_NR) {
-                    int nr = (nlen - jr < MM_NR) ? nlen - jr : MM_NR;
-                    for (int ir = 0; ir < mlen; ir += MM_MR) {
-                        int mr = (mlen - ir < MM_MR) ? mlen - ir : MM_MR;
-                        mm_micro_kernel(kc, Ap + (size_t)ir * kc, Bp + (size_t)jr * kc,
-                                        Cm + (m0 + ir) * ldc + (n0 + jr), ldc, mr, nr, accumulate || k0 > 0,
-                                        start ? start + n0 + jr : NULL);
+                mm_pack(Bp, Bm + n0 * sbn + k0 * sbk, sbn, sbk, nlen, kc, MM_NR);
+                for (int u = t; u < run_end; u++) {
+                    int m0 = (u % tm) * mc, mlen = (M - m0 < mc) ? M - m0 : mc;
+                    // A in place when its MR values of one k are adjacent (sam == 1: dweight's
+                    // dout^T); then only a last, partial sliver is packed (zero-padded)
+                    int a_full = a_direct ? mlen / MM_MR * MM_MR : 0;
+                    mm_pack(Ap, A + (m0 + a_full) * sam + k0 * sak, sam, sak, mlen - a_full, kc, MM_MR);
+                    // for each Bm sliver (stays in L1), run down all the A slivers (from L2)
+                    for (int jr = 0; jr < nlen; jr += MM_NR) {
+                        int nr = (nlen - jr < MM_NR) ? nlen - jr : MM_NR;
+                        for (int ir = 0; ir < mlen; ir += MM_MR) {
+                            int mr = (mlen - ir < MM_MR) ? mlen - ir : MM_MR;
+                            bool in_place = ir < a_full;
+                            const float* a = in_place ? A + (m0 + ir) + k0 * sak : Ap + (size_t)(ir - a_full) * kc;
+                            mm_micro_kernel(kc, a, in_place ? sak : MM_MR, Bp + (size_t)jr * kc,
+                                            Cm + (m0 + ir) * ldc + (n0 + jr), ldc, mr, nr, accumulate || k0 > 0,
+                                            start ? start + n0 + jr : NULL);
+                        }
                     }
                 }
             }
+            t = run_end;
         }
     }
 }
