@@ -42,7 +42,10 @@ static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam,
         return;
     }
     MMTiles tiles = mm_tiles(M, N, K);   // tm x tn tiles of mc x nc, k in tk blocks of kcmax
-    bool a_direct = sam == 1;
+    // A in place, not packed, when one of its strides is 1, as it is in every product here: forward
+    // and dinp read rows of inp and dout, dweight columns of dout. (Not a column whose k stride is
+    // a multiple of 4 KiB: its kc values would all fall in one set of the caches.)
+    bool a_direct = sak == 1 || (sam == 1 && sak * sizeof(float) % 4096 != 0);
     int tm = tiles.tm, tn = tiles.tn, mc = tiles.mc, nc = tiles.nc, kcmax = tiles.kcmax;
     #pragma omp parallel
     {
@@ -62,8 +65,7 @@ static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam,
                 mm_pack(Bp, Bm + n0 * sbn + k0 * sbk, sbn, sbk, nlen, kc, MM_NR);
                 for (int u = t; u < run_end; u++) {
                     int m0 = (u % tm) * mc, mlen = (M - m0 < mc) ? M - m0 : mc;
-                    // A in place when its MR values of one k are adjacent (sam == 1: dweight's
-                    // dout^T); then only a last, partial sliver is packed (zero-padded)
+                    // A in place: only a last, partial sliver is packed (zero-padded)
                     int a_full = a_direct ? mlen / MM_MR * MM_MR : 0;
                     mm_pack(Ap, A + (m0 + a_full) * sam + k0 * sak, sam, sak, mlen - a_full, kc, MM_MR);
                     // for each Bm sliver (stays in L1), run down all the A slivers (from L2)
@@ -72,8 +74,8 @@ static inline void gemm_blocked(int M, int N, int K, const float* A, size_t sam,
                         for (int ir = 0; ir < mlen; ir += MM_MR) {
                             int mr = (mlen - ir < MM_MR) ? mlen - ir : MM_MR;
                             bool in_place = ir < a_full;
-                            const float* a = in_place ? A + (m0 + ir) + k0 * sak : Ap + (size_t)(ir - a_full) * kc;
-                            mm_micro_kernel(kc, a, in_place ? sak : MM_MR, Bp + (size_t)jr * kc,
+                            const float* a = in_place ? A + (m0 + ir) * sam + k0 * sak : Ap + (size_t)(ir - a_full) * kc;
+                            mm_micro_kernel(kc, a, in_place ? sam : 1, in_place ? sak : MM_MR, Bp + (size_t)jr * kc,
                                             Cm + (m0 + ir) * ldc + (n0 + jr), ldc, mr, nr, accumulate || k0 > 0,
                                             start ? start + n0 + jr : NULL);
                         }

@@ -48,17 +48,19 @@ static inline MMTiles mm_tiles(int M, int N, int K) {
 }
 
 // c[0:mr][0:nr] (+)= sum_p a[p][0:MR] (outer product) b[p][0:NR]   (c has row stride ldc)
-// a: MR-sliver, a[p*lda + i]: packed (lda = MR) or read in place (lda = A's k stride, when A's
-// MR values of one k are adjacent); b: packed NR-sliver (b[p*NR + j]). Not accumulating, c
-// starts from start[0:nr] in every row (the forward's bias), or from 0 when start is NULL.
-static inline void mm_micro_kernel(int kc, const float* __restrict a, size_t lda, const float* __restrict b,
+// a: MR-sliver, A(i, p) = a[i*ars + p*acs]: packed (ars = 1, acs = MR) or read in place (A's own
+// strides); b: packed NR-sliver (b[p*NR + j]). Not accumulating, c starts from start[0:nr] in
+// every row (the forward's bias), or from 0 when start is NULL.
+static inline void mm_micro_kernel(int kc, const float* __restrict a, size_t ars, size_t acs, const float* __restrict b,
                                    float* __restrict c, size_t ldc, int mr, int nr, bool accumulate,
                                    const float* __restrict start) {
     mm_vec acc_v[MM_MR][2] = {};   // the 12 accumulators (g++ -O3 keeps them in registers)
+    const float* ar[MM_MR];        // the MR rows of A
+    for (int i = 0; i < MM_MR; i++) { ar[i] = a + i * ars; }
     for (int p = 0; p < kc; p++) {
         mm_vec b0 = *(const mm_vec*)(b + p * MM_NR), b1 = *(const mm_vec*)(b + p * MM_NR + MM_NR / 2);
         for (int i = 0; i < MM_MR; i++) {
-            float ai = a[p * lda + i];     // one value of A times a row of Bm: 2 FMAs
+            float ai = ar[i][p * acs];     // one value of A times a row of Bm: 2 FMAs
             acc_v[i][0] += ai * b0;
             acc_v[i][1] += ai * b1;
         }
