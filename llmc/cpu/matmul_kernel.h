@@ -9,9 +9,9 @@
 // memory at every FMA: 15-20% slower on Zen 3.) On one Zen 5 core this loop runs at ~98% of the FMA peak.
 // Cache blocks: k is cut in pieces of KC. A KC x NR sliver of Bm (<= 32 KiB) stays in the
 // L1 cache while the MR-row slivers of an MC x KC block of A (<= 264 KiB, kept in
-// L2) stream past it. The blocks are *packed* first: copied into contiguous
-// buffers in exactly the order the micro-kernel reads them. Packing also does the
-// transposes and pads partial slivers with zeros, so the micro-kernel has no edge cases.
+// L2) stream past it. Bm's blocks are *packed* first: copied into contiguous buffers in the
+// order the micro-kernel reads them (doing the transposes, zero-padding partial slivers). A is
+// read in place where a stride is 1 (matmul.h); only its last, partial sliver is packed.
 // Threads: the output is cut in MC x NC tiles; each tile belongs to one thread.
 #pragma once
 
