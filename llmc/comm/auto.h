@@ -37,9 +37,12 @@ static const double AUTO_DEFAULT_ALPHA = 1e-6, AUTO_DEFAULT_GBPS = 5.0;
 
 static CommTuning g_auto_tuning;    // the table in use: none until comm_tuning_load
 // The last answer per primitive is kept: a training step, or a benchmark, calls the same size
-// again and again, and then the choice costs a comparison, not a search or the formulas.
-struct AutoMemo { int p; size_t bytes; const char* algo; int node; const TuneRow* row; };
-static AutoMemo g_auto_memo[AUTO_NPRIM];   // p == 0: empty; comm_tuning_load empties them
+// again and again, and then the choice costs a comparison, not a search or the formulas. Kept
+// per thread (DDP's communication thread calls auto beside the main thread's byte counts), and
+// void once comm_tuning_load has counted up the table's generation.
+static int g_auto_generation = 1;
+struct AutoMemo { int generation, p; size_t bytes; const char* algo; int node; const TuneRow* row; };
+static thread_local AutoMemo g_auto_memo[AUTO_NPRIM];
 
 // Reads the tuning file on rank 0 of c and gives its text to every rank (a file on one node's
 // disk serves them all). Collective over c. A missing or malformed file: one message naming
@@ -68,7 +71,7 @@ static inline void comm_tuning_load(const Comm* c, const char* path) {
     if (!tuning_parse(text, &T, &err)) { comm_die(c, "comm_tuning_load", "%s: %s", path, err.c_str()); }
     T.source = path;
     g_auto_tuning = T;
-    for (AutoMemo& m : g_auto_memo) { m.p = 0; }   // the choices of the old table are void
+    g_auto_generation++;   // the choices of the old table are void
 }
 
 // The links the formulas use: the file's (one node: its intra link; nodes of one rank: inter),
@@ -125,7 +128,12 @@ static inline const char* auto_predict(int prim, const CommLinks& L, double S, i
 static inline const char* auto_choose_uncached(int prim, int p, size_t bytes, int* node, const TuneRow** row);
 static inline const char* auto_choose(int prim, int p, size_t bytes, int* node, const TuneRow** row) {
     AutoMemo& m = g_auto_memo[prim];
-    if (m.p != p || m.bytes != bytes) { m.p = p; m.bytes = bytes; m.algo = auto_choose_uncached(prim, p, bytes, &m.node, &m.row); }
+    if (m.generation != g_auto_generation || m.p != p || m.bytes != bytes) {
+        m.algo = auto_choose_uncached(prim, p, bytes, &m.node, &m.row);
+        m.generation = g_auto_generation;
+        m.p = p;
+        m.bytes = bytes;
+    }
     *node = m.node;
     if (row) { *row = m.row; }
     return m.algo;
