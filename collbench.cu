@@ -21,9 +21,9 @@
 // reduce: the buffer; reduce-scatter, all-gather, gather, scatter: the unreduced or gathered
 // buffer; all-to-all: the p blocks a rank sends). count = S / sizeof(type). time is the mean
 // over the -n runs of the slowest rank, in the fastest of -R rounds (the algorithms' rounds
-// taken in turn). algbw = S / time, busbw =
-// algbw * factor, the factor making busbw comparable with the wire's bandwidth: all-reduce 2(p-1)/p,
-// reduce-scatter, all-gather, gather, scatter and all-to-all (p-1)/p, broadcast and reduce 1.
+// taken in turn). algbw = S / time, busbw = algbw * factor, the factor making busbw comparable
+// with the wire's bandwidth: all-reduce 2(p-1)/p, reduce-scatter, all-gather, gather, scatter
+// and all-to-all (p-1)/p, broadcast and reduce 1.
 // #wrong counts the elements, summed over ranks, that differ bit for bit from the native
 // collective's result on integer-valued data (exact in every type and op).
 //

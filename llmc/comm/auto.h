@@ -125,19 +125,6 @@ static inline const char* auto_predict(int prim, const CommLinks& L, double S, i
 // ranks per node of the file row it came from (hierarchical), else p; *row: that row or NULL.
 // Called on every collective: a row that holds the size is found without arithmetic, and the
 // names are the table's own strings (no allocation).
-static inline const char* auto_choose_uncached(int prim, int p, size_t bytes, int* node, const TuneRow** row);
-static inline const char* auto_choose(int prim, int p, size_t bytes, int* node, const TuneRow** row) {
-    AutoMemo& m = g_auto_memo[prim];
-    if (m.generation != g_auto_generation || m.p != p || m.bytes != bytes) {
-        m.algo = auto_choose_uncached(prim, p, bytes, &m.node, &m.row);
-        m.generation = g_auto_generation;
-        m.p = p;
-        m.bytes = bytes;
-    }
-    *node = m.node;
-    if (row) { *row = m.row; }
-    return m.algo;
-}
 static inline const char* auto_choose_uncached(int prim, int p, size_t bytes, int* node, const TuneRow** row) {
     const TuneRow* best = NULL;
     for (const TuneRow& r : g_auto_tuning.rows) {
@@ -155,6 +142,20 @@ static inline const char* auto_choose_uncached(int prim, int p, size_t bytes, in
     if (best) { *node = best->node; return best->measured.c_str(); }
     *node = p;
     return auto_predict(prim, auto_links(g_auto_tuning, p), (double)bytes, p);
+}
+
+// ... the same, the last answer per primitive and thread kept (g_auto_memo)
+static inline const char* auto_choose(int prim, int p, size_t bytes, int* node, const TuneRow** row) {
+    AutoMemo& m = g_auto_memo[prim];
+    if (m.generation != g_auto_generation || m.p != p || m.bytes != bytes) {
+        m.algo = auto_choose_uncached(prim, p, bytes, &m.node, &m.row);
+        m.generation = g_auto_generation;
+        m.p = p;
+        m.bytes = bytes;
+    }
+    *node = m.node;
+    if (row) { *row = m.row; }
+    return m.algo;
 }
 
 // the hierarchical all-reduce's sub-communicators, made at its first call on a communicator
