@@ -21,15 +21,15 @@ static inline void fused_classifier(float* logits, float* losses, const float* w
         float w = weights ? weights[i] : 1.0f;
         int target = targets[i];
         float maxval = -INFINITY;
-        for (int v = 0; v < V; v++) { if (row[v] > maxval) { maxval = row[v]; } }
+        #pragma omp simd reduction(max : maxval)   // in vector lanes (a max is the same in any order)
+        for (int v = 0; v < V; v++) { maxval = row[v] > maxval ? row[v] : maxval; }
         float sum = 0.0f;
         #pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++) { sum += exp_poly(row[v] - maxval); }
         float logsumexp = maxval + logf(sum);
         losses[i] = w * (logsumexp - row[target]);
         if (write_dlogits) {
-            float scale = dloss * w;
-            float inv = 1.0f / sum;
+            float scale = dloss * w, inv = 1.0f / sum;
             for (int v = 0; v < V; v++) {
                 float p = exp_poly(row[v] - maxval) * inv;
                 row[v] = scale * (p - (v == target ? 1.0f : 0.0f));

@@ -57,6 +57,10 @@ static inline void mm_micro_kernel(int kc, const float* __restrict a, size_t ars
     mm_vec acc_v[MM_MR][2] = {};   // the 12 accumulators (g++ -O3 keeps them in registers)
     const float* ar[MM_MR];        // the MR rows of A
     for (int i = 0; i < MM_MR; i++) { ar[i] = a + i * ars; }
+    for (int i = 0; i < mr; i++) {   // ask for c's lines now: they arrive while the loop below runs
+        __builtin_prefetch(c + i * ldc, 1);
+        __builtin_prefetch(c + i * ldc + nr - 1, 1);
+    }
     for (int p = 0; p < kc; p++) {
         mm_vec b0 = *(const mm_vec*)(b + p * MM_NR), b1 = *(const mm_vec*)(b + p * MM_NR + MM_NR / 2);
         for (int i = 0; i < MM_MR; i++) {
