@@ -35,10 +35,11 @@ static inline size_t device_memory_total() {
 }
 // in pieces of 1 MiB over the threads: one core alone does not fill the memory's bandwidth
 static inline void device_memset_zero(void* p, size_t bytes) {
-    const size_t piece = (size_t)1 << 20;
+    const size_t piece = (size_t)1 << 20, n = ceil_div(bytes, piece);
     #pragma omp parallel for schedule(static) if (bytes >= 8 * piece)
-    for (size_t i = 0; i < ceil_div(bytes, piece); i++) {
-        memset((char*)p + i * piece, 0, i * piece + piece <= bytes ? piece : bytes - i * piece);
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * piece;
+        memset((char*)p + off, 0, bytes - off < piece ? bytes - off : piece);
     }
 }
 static inline void copy_host_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
