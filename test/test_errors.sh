@@ -84,6 +84,15 @@ put("links_extra.txt", b"intra 5 25\ninter 10 2 7\n")
 put("links_twice.txt", b"# measured\nintra 5 25\nintra 6 20\n")
 put("links_negative.txt", b"intra -5 25\n")
 put("links_empty.txt", b"# nothing measured yet\n\n")
+# --comm-tuning files (llmc/comm/tuning.h): good for 2 ranks; a bandwidth "25x"; a size "10k"; a link twice;
+# rows that overlap; rows for 4 ranks only; a negative latency
+put("tune_good.txt", b"# collbench --autotune\nlink intra 5 25\nallreduce 2 2 0 99999999 ring ring\n")
+put("tune_unit.txt", b"link intra 5 25x\nallreduce 2 2 0 99999999 ring ring\n")
+put("tune_size.txt", b"allreduce 2 2 0 10k ring ring\n")
+put("tune_twice.txt", b"# measured\nlink intra 5 25\nlink intra 6 20\n")
+put("tune_overlap.txt", b"allreduce 2 2 0 1000 ring ring\nallreduce 2 2 1000 99999999 ring rabenseifner\n")
+put("tune_p4.txt", b"link intra 5 25\nallreduce 4 4 0 99999999 ring ring\n")
+put("tune_negative.txt", b"link intra -5 25\nallreduce 2 2 0 99999999 ring ring\n")
 EOF
 [ $? -eq 0 ] || { echo "FAIL making the broken inputs"; exit 1; }
 
@@ -138,6 +147,14 @@ B=$(bad_state st_logtext_sealed); echo hello >"$B/log"; seal "$B"
 B=$(bad_state st_posedit); sed -i 's/^data.pos .*/data.pos 0/' "$B/position"
 B=$(bad_state st_posstep_sealed); sed -i 's/^trainer.step 2$/trainer.step 1/' "$B/position"; seal "$B"
 B=$(bad_state st_metrics); echo "step,reward" >"$B/metrics"
+# state directories held by a lock (llmc/train/state_lock.h): by a live process of this host (pid 1),
+# by a job on another host, a lock that is no 'HOST PID', a lock that is a directory; a good state
+# held by a live process (a resume into it)
+mkdir -p "$T/in/st_locked" "$T/in/st_lockother" "$T/in/st_badlock" "$T/in/st_lockdir/lock"
+echo "$(hostname) 1" >"$T/in/st_locked/lock"
+echo "node7 4242" >"$T/in/st_lockother/lock"
+echo "garbage" >"$T/in/st_badlock/lock"
+echo "$(hostname) 1" >"$(bad_state st_lockstate)/../lock"
 # --save-state directories: a step-K.tmp and a latest of the wrong kind (caught before step 1), a
 # step directory a save cannot replace (it holds a directory: the save fails after its step), with
 # and without a previous state
@@ -148,7 +165,7 @@ mkdir -p "$(bad_state st_keeps)/../step-00000001/keep"
 # ---- the rows
 TRAINER=$(realpath "${TRAINER:-./train_gpt2cpu}")
 python3 - "$T" "$TRAINER" "${ERRORS_ONLY:-}" <<'EOF'
-import concurrent.futures, os, re, shlex, subprocess, sys, time
+import concurrent.futures, os, re, shlex, socket, subprocess, sys, time
 scratch, trainer, only = sys.argv[1], sys.argv[2], sys.argv[3]
 
 # The checks can fail: each (perturbation of test/perturbations.py, a row's "what") below runs that
@@ -172,6 +189,14 @@ PERTURBED = [
     ("a links line of any length", "a line with a fourth field"),
     ("a state's numbers read with a sign", "a negative step, its checksums made to match"),
     ("a state's numbers cut to an int", "a world of 2^32 + 2 ranks, its checksums made to match"),
+    ("an output's name not checked against the file system's limit", "a save name whose temporary file is too long"),
+    ("outputs allowed in /proc and /sys", "a log in /proc"),
+    ("inputs allowed inside the state directory", "an input inside the training-state directory"),
+    ("a tuning number read up to its first bad character", "a tuning link with a unit"),
+    ("tuning rows allowed to overlap", "tuning rows that overlap"),
+    ("a tuning file without rows for the job accepted", "a tuning file for 4 ranks on 2"),
+    ("a tuning file accepted where auto never runs", "a tuning file auto never reads"),
+    ("a live job's lock taken over", "a state directory a live job of this host holds"),
 ]
 PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
@@ -226,6 +251,8 @@ def run(row, perturbation=None):
     open(f"{d}/out/file.txt", "w").write("a file\n")
     os.mkfifo(f"{d}/out/fifo")   # not a regular file (never a real device: a broken check would replace it)
     os.symlink("file.txt", f"{d}/out/link.txt")   # another name of out/file.txt
+    os.makedirs(f"{d}/out/held")   # a state directory a live process of this host holds (pid 1: init)
+    open(f"{d}/out/held/lock", "w").write(f"{socket.gethostname()} 1\n")
     for x in ("data", "in"):
         os.symlink(f"../../{x}", f"{d}/{x}")
     before = listing(f"{d}/out")
