@@ -107,6 +107,12 @@ PERTURBATIONS = [
     ("a links line of any length", "llmc/planner/machine.h", "expr", "words.size() != 3", "words.size() < 3"),
     ("a state's numbers read with a sign", "llmc/tasks/task.h", "expr", 'strspn(s.c_str(), "0123456789") != s.size()', "0"),
     ("a state's numbers cut to an int", "llmc/tasks/task.h", "expr", "v > 2147483647ULL", "0"),
+    ("the data position not derived from the step", "llmc/tasks/pretrain.h", "expr", "shard != want_shard || at != want", "0"),
+    ("AdamW's t not derived from the log", "llmc/train/state_manifest.h", "expr", "mf->adamw_t != mf->step - skipped", "0"),
+    ("the tensor lines not checked", "llmc/train/state_load.h", "expr", "mf.tensors[i] != want", "0"),
+    ("the position's run not checked", "llmc/train/state_manifest.h", "expr", "pid != mf.identity", "0"),
+    ("a rank file's run not checked", "llmc/train/state_shards.h", "expr", "(uint64_t)h[7] != mf->identity", "0"),
+    ("non-finite state values accepted", "llmc/train/state_shards.h", "expr", "!isfinite(v[i]) || (is_v && v[i] < 0.0f)", "0"),
     # test/test_planner.sh
     ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_accounting.h", "stmt",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",

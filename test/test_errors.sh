@@ -118,6 +118,10 @@ for i, l in enumerate(lines):
     if name in ("position", "log", "metrics"):
         data = open(f"{d}/{name}", "rb").read()
         lines[i] = f"{name} {len(data)} {zlib.crc32(data):08x}\n"
+    if name == "file":   # a rank file: "file rank-NNNNN.bin BYTES CRC32"
+        f = l.split(" ")[1]
+        data = open(f"{d}/{f}", "rb").read()
+        lines[i] = f"file {f} {len(data)} {zlib.crc32(data):x}\n"
 body = "".join(lines)
 open(f"{d}/manifest", "w").write(body + f"crc32 {zlib.crc32(body.encode()):08x}\n")
 EOF
@@ -147,6 +151,28 @@ B=$(bad_state st_logtext_sealed); echo hello >"$B/log"; seal "$B"
 B=$(bad_state st_posedit); sed -i 's/^data.pos .*/data.pos 0/' "$B/position"
 B=$(bad_state st_posstep_sealed); sed -i 's/^trainer.step 2$/trainer.step 1/' "$B/position"; seal "$B"
 B=$(bad_state st_metrics); echo "step,reward" >"$B/metrics"
+# values that follow from others, edited and sealed (llmc/train/state_manifest.h, state_shards.h): the
+# data position one token on, AdamW's t one less, a tensor's offset, the run's identity in the
+# position file and in a rank file's header, a NaN and a negative v among a rank file's values
+B=$(bad_state st_datapos_sealed); sed -i 's/^data.pos 128$/data.pos 129/' "$B/position"; seal "$B"
+B=$(bad_state st_adamw_sealed); sed -i 's/^adamw_t 2$/adamw_t 1/' "$B/manifest"; seal "$B"
+B=$(bad_state st_offset_sealed); sed -i 's/^tensor wpe offset \([0-9]*\) /tensor wpe offset 1\1 /' "$B/manifest"; seal "$B"
+B=$(bad_state st_identity_sealed); sed -i 's/^trainer.identity .*/trainer.identity 12345/' "$B/position"; seal "$B"
+rank_values() {   # FILE KIND INDEX VALUE: one float of a rank file set (KIND 0 the parameters, 2 v: no master weights here)
+    python3 - "$@" <<'PY'
+import struct, sys
+f, kind, i, v = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+b = bytearray(open(f, "rb").read())
+h = struct.unpack("<8q", bytes(b[:64]))
+at = 64 + 16 * h[5] + 4 * (kind * h[6] + i)
+b[at:at + 4] = struct.pack("<f", v)
+open(f, "wb").write(bytes(b))
+PY
+}
+B=$(bad_state st_nan_sealed); rank_values "$B/rank-00001.bin" 0 5 nan; seal "$B"
+B=$(bad_state st_negv_sealed); rank_values "$B/rank-00000.bin" 2 7 -1; seal "$B"
+B=$(bad_state st_rankid_sealed); python3 -c "
+import sys; f = sys.argv[1]; b = bytearray(open(f, 'rb').read()); b[56:64] = (12345).to_bytes(8, 'little'); open(f, 'wb').write(bytes(b))" "$B/rank-00001.bin"; seal "$B"
 # state directories held by a lock (llmc/train/state_lock.h): by a live process of this host (pid 1),
 # by a job on another host, a lock that is no 'HOST PID', a lock that is a directory; a good state
 # held by a live process (a resume into it)
@@ -197,6 +223,12 @@ PERTURBED = [
     ("a tuning file without rows for the job accepted", "a tuning file for 4 ranks on 2"),
     ("a tuning file accepted where auto never runs", "a tuning file auto never reads"),
     ("a live job's lock taken over", "a state directory a live job of this host holds"),
+    ("the data position not derived from the step", "the data position one token on, its checksums made to match"),
+    ("AdamW's t not derived from the log", "AdamW's t one less, its checksums made to match"),
+    ("the tensor lines not checked", "a tensor's offset changed, its checksums made to match"),
+    ("the position's run not checked", "the position file of another run, its checksums made to match"),
+    ("a rank file's run not checked", "a rank file of another run, its checksums made to match"),
+    ("non-finite state values accepted", "a NaN among a rank file's weights, its checksums made to match"),
 ]
 PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
