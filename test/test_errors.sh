@@ -63,12 +63,19 @@ put("tok_magic.bin", struct.pack("<I", 7) + tok[4:])
 put("tok_truncated.bin", tok[:1024 + 50])
 th = list(struct.unpack("256I", tok[:1024])); th[2], th[3] = 100, 99
 put("tok_vocab.bin", struct.pack("256I", *th) + b"".join(bytes([1, 65]) for _ in range(100)))
+put("tok_trailing.bin", tok + b"xyz")                                                             # 3 bytes after the tokens
 # SFT: a shard without its loss mask, and a mask with the wrong magic
 sft = open(f"{d}/data/sft_val_000000.bin", "rb").read()
 mask = open(f"{d}/data/sft_val_000000.mask", "rb").read()
 put("sftnomask_000000.bin", sft)
 put("sftmask_000000.bin", sft)
 put("sftmask_000000.mask", struct.pack("<i", 99) + mask[4:])
+put("sftnoans_000000.bin", sft)                                                                   # a mask without a 1
+put("sftnoans_000000.mask", mask[:1024] + bytes(len(mask) - 1024))
+# two training shards, the second's last token outside the vocabulary (found before step 1 only if
+# every shard is read up front: a 2-step run never reaches it)
+put("late_000000.bin", open(f"{d}/data/train_000000.bin", "rb").read())
+put("late_000001.bin", struct.pack("<3i", 20240520, 1, 100) + b"\0" * (1024 - 12) + struct.pack("<100H", *([65] * 99 + [300])))
 # checkpoint headers that claim another shape than the file holds
 h = list(hdr); h[4] = 10**9; put("ck_layers.bin", with_header(h))                                 # 10^9 layers
 h = list(hdr); h[4] = 100; put("ck_deep.bin", with_header(h))                                     # 100 layers, 2 in the file
@@ -229,6 +236,13 @@ PERTURBED = [
     ("the position's run not checked", "the position file of another run, its checksums made to match"),
     ("a rank file's run not checked", "a rank file of another run, its checksums made to match"),
     ("non-finite state values accepted", "a NaN among a rank file's weights, its checksums made to match"),
+    ("--profile with nothing to profile accepted", "a profile of one step"),
+    ("--mesh auto beside --plan accepted", "--mesh auto beside --plan all"),
+    ("the planner's no-answer without an error line", "a plan for 65536 devices"),
+    ("OMP_NUM_THREADS not bounded", "OMP_NUM_THREADS of 300 on the planner"),
+    ("a tokenizer with trailing bytes accepted", "a tokenizer with bytes after its tokens"),
+    ("an SFT mask without an answer accepted", "an SFT training mask without an answer token"),
+    ("the shards' tokens not checked up front", "a bad token in a shard the run would reach later"),
 ]
 PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
@@ -289,11 +303,16 @@ def run(row, perturbation=None):
         os.symlink(f"../../{x}", f"{d}/{x}")
     before = listing(f"{d}/out")
     t0 = time.time()
-    cmd, run_env = MPIRUN + ["-np", str(ranks), trainer], env
+    words = shlex.split(flags)   # leading NAME=VALUE words: the ranks' environment (mpirun -x NAME)
+    assigns = [w for w in words[:next((i for i, w in enumerate(words) if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)), len(words))]]
+    words = words[len(assigns):]
+    extra = dict(a.split("=", 1) for a in assigns)
+    xs = [x for k in extra for x in ("-x", k)]
+    cmd, run_env = MPIRUN + xs + ["-np", str(ranks), trainer], dict(env, **extra)
     if perturbation:
-        cmd = MPIRUN + ["-x", "LLMC_PERTURB", "-np", str(ranks), os.path.realpath(PERTURBED_BIN)]
-        run_env = dict(env, LLMC_PERTURB=perturbation[0])
-    p = subprocess.run(cmd + BASE + shlex.split(flags), cwd=d, env=run_env,
+        cmd = MPIRUN + xs + ["-x", "LLMC_PERTURB", "-np", str(ranks), os.path.realpath(PERTURBED_BIN)]
+        run_env = dict(env, LLMC_PERTURB=perturbation[0], **extra)
+    p = subprocess.run(cmd + BASE + words, cwd=d, env=run_env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     secs = time.time() - t0
     open(f"{d}/run.out", "w").write(p.stdout)
