@@ -22,7 +22,6 @@
 #include "llmc/planner/planner.h"
 #include "llmc/train/guard.h"
 #include "llmc/train/outputs.h"
-#include "llmc/train/state_lock.h"
 #include "llmc/tasks/tasks.h"
 #include "llmc/train/state_load.h"
 #include "llmc/train/state_save.h"
@@ -37,8 +36,7 @@ int main(int argc, char** argv) {
     Plan plan;
     plan_init(&plan, &argc, &argv, &args, planner_choose);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
     Guard guard;
-    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/train/guard.h)
-    if (args.save_state && plan.rank == 0) { state_lock_take(args.save_state); }   // one job per state directory (llmc/train/state_lock.h)
+    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the state's lock, the --comm-timeout watchdog (llmc/train/guard.h)
 
     // ---- the model, the batch, the task
     GPT2 model;
@@ -137,8 +135,7 @@ int main(int argc, char** argv) {
     }
     if (args.trace) { plan_write_trace(&plan, args.trace); }
     gpt2_free(&model);
-    if (args.save_state && plan.rank == 0) { state_lock_release(args.save_state); }
-    guard_free(&guard);   // the watchdog, before MPI ends
+    guard_free(&guard);   // the watchdog (before MPI ends) and the state's lock
     plan_free(&plan);
     return 0;
 }

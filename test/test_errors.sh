@@ -289,6 +289,15 @@ def listing(d):   # what a directory holds, recursively
         out += [os.path.relpath(os.path.join(root, x), d) + ("/" if x in dirs else "") for x in dirs + files]
     return sorted(out)
 
+# The variables a row gives the ranks: mpirun -x NAME, or, where test/run_tests.sh has set
+# OMPI_MCA_mca_base_env_list (Open MPI refuses the two together, and mpirun would not start at
+# all), appended to that list
+def ranks_env(extra):
+    have = env.get("OMPI_MCA_mca_base_env_list")
+    if have is None:
+        return [x for k in extra for x in ("-x", k)], dict(env, **extra)
+    return [], dict(env, **extra, OMPI_MCA_mca_base_env_list=";".join([have] + [f"{k}={v}" for k, v in extra.items()]))
+
 def run(row, perturbation=None):
     n, what, ranks, flags, message = row
     d = f"{scratch}/rows/{n}" + (f"-p{PERTURBED.index(perturbation)}" if perturbation else "")
@@ -307,11 +316,10 @@ def run(row, perturbation=None):
     assigns = [w for w in words[:next((i for i, w in enumerate(words) if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)), len(words))]]
     words = words[len(assigns):]
     extra = dict(a.split("=", 1) for a in assigns)
-    xs = [x for k in extra for x in ("-x", k)]
-    cmd, run_env = MPIRUN + xs + ["-np", str(ranks), trainer], dict(env, **extra)
     if perturbation:
-        cmd = MPIRUN + xs + ["-x", "LLMC_PERTURB", "-np", str(ranks), os.path.realpath(PERTURBED_BIN)]
-        run_env = dict(env, LLMC_PERTURB=perturbation[0], **extra)
+        extra["LLMC_PERTURB"] = perturbation[0]
+    xs, run_env = ranks_env(extra)
+    cmd = MPIRUN + xs + ["-np", str(ranks), os.path.realpath(PERTURBED_BIN) if perturbation else trainer]
     p = subprocess.run(cmd + BASE + words, cwd=d, env=run_env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     secs = time.time() - t0
