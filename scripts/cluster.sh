@@ -36,7 +36,9 @@
 # the jobs on the cluster (mpirun enters the nodes' namespaces: sudo -E scripts/launch.sh ...).
 # Touches nothing that exists: it adds a bridge, veth pairs and namespaces, all named NAME-*,
 # and the files of build/cluster (build/cluster-NAME for another name); down removes them, as
-# does a failed or interrupted up.
+# does a failed or interrupted up. An up or down of one name waits for another one running (a lock:
+# /run/lock/llmc-cluster-NAME.lock), so two at once never leave half a cluster. Numbers are digits
+# only and bounded (--nodes 1-200, --ranks-per-node 1-1024, --inter-mbit 0-10^6).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
