@@ -95,6 +95,7 @@ int main() {
 #include "llmc/comm/torus.h"
 #include "llmc/comm/alpha_beta.h"
 #include "llmc/comm/auto.h"
+#include "llmc/paths.h"
 
 #ifdef LLMC_CUDA_COMM
 #define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)
@@ -317,6 +318,16 @@ struct Opts {
     int tune = 0;               // --autotune: measure and write -T's tuning file (collbench_tune.h)
 };
 
+// The flags that name a path, each with its role (llmc/paths.h): the checks before any work follow
+// from it (parse_opts: paths_check), and -h prints it (test/test_flag_roles.sh reads that)
+struct CollbenchPath { char flag; PathRole role; const char* help; };
+static const CollbenchPath COLLBENCH_PATHS[] = {
+    {'L', PATH_OUT_FILE, "write the measured links to this file for the planner (train_gpt2cpu --plan all\n"
+                         "             --links FILE): 'intra ALPHA_US GB_PER_S', and 'inter ...' when the ranks span nodes"},
+    {'T', PATH_IN_FILE, "the tuning file the auto algorithm reads (default: none, the formulas choose); with\n"
+                        "             --autotune read (its rows of other rank counts kept) and rewritten (FILE_RW)"},
+};
+
 static void usage(void) {
     printf("usage: mpirun -np P ./" COLLBENCH_PROG " [flags]\n"
            "  -b BYTES   smallest size (suffix K, M, G allowed; default 8)\n"
@@ -336,10 +347,10 @@ static void usage(void) {
            "  -N N       hierarchical, hierarchical_leader: ranks per node (default: the ranks per node\n"
            "             when they span several nodes of equal size, else the largest divisor of p\n"
            "             <= sqrt p); torus2d uses a rows x cols grid with rows = that divisor\n"
-           "  -L FILE    write the measured links to FILE for the planner (train_gpt2cpu --plan all\n"
-           "             --links FILE): 'intra ALPHA_US GB_PER_S', and 'inter ...' when the ranks span nodes\n"
-           "  -T FILE    the tuning file the auto algorithm reads (default: none, the formulas choose)\n"
-           "  --autotune measure which of our algorithms is fastest per size for allreduce, reduce_scatter,\n"
+           );
+    for (const CollbenchPath& x : COLLBENCH_PATHS) { printf("  -%c %-7s %s\n", x.flag, path_role_word(x.role), x.help); }
+    printf("  --autotune\n"
+           "             measure which of our algorithms is fastest per size for allreduce, reduce_scatter,\n"
            "             allgather and broadcast (-b, -e, -f, -n, -R, -w apply), beside the formulas' choice,\n"
            "             and write it to -T FILE for auto (its rows of other rank counts are kept). Not named\n"
            "             --tune: mpirun takes '--tune FILE' anywhere on its line as a parameter file of its own\n"
@@ -352,16 +363,21 @@ static void usage(void) {
     printf("\n");
 }
 
+// A byte count: digits (and a fraction), then K, M or G; 1 byte to 1 TiB (nan, inf, 1e400 and 0 refused:
+// 0 would never grow by -f)
 static size_t parse_bytes(const char* flag, const char* s) {
     char* end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno != 0 || v < 0) { die("collbench: %s wants a byte count such as 8, 4K or 64M, got '%s'", flag, s); }
+    if (end == s || errno != 0 || !(v >= 0) || !isfinite(v) || !isdigit((unsigned char)s[0])) {
+        die("collbench: %s wants a byte count such as 8, 4K or 64M, got '%s'", flag, s);
+    }
     double mult = 1;
     if (*end == 'K' || *end == 'k') { mult = 1024.0; end++; }
     else if (*end == 'M' || *end == 'm') { mult = 1024.0 * 1024; end++; }
     else if (*end == 'G' || *end == 'g') { mult = 1024.0 * 1024 * 1024; end++; }
     if (*end != '\0') { die("collbench: %s wants a byte count such as 8, 4K or 64M, got '%s'", flag, s); }
+    if (!(v * mult >= 1.0) || v * mult > 1099511627776.0) { die("collbench: %s %s is not within 1 byte to 1T (one buffer of the benchmark)", flag, s); }
     return (size_t)(v * mult);
 }
 
@@ -375,9 +391,12 @@ static long parse_int(const char* flag, const char* s, long lo, long hi) {
     return v;
 }
 
+static const int COLLBENCH_MAX_SIZES = 1000;
+
 // Every rank parses the same argv, so a bad flag makes every rank die() with status 1.
 static Opts parse_opts(int argc, char** argv) {
     Opts o;
+    die_set_rank_from_launcher();   // errors name the rank: "error: [rank R] collbench: ..."
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(); exit(0); }
@@ -393,7 +412,9 @@ static Opts parse_opts(int argc, char** argv) {
             case 'f': {
                 char* end = NULL;
                 o.factor = strtod(v, &end);
-                if (end == v || *end != '\0' || !(o.factor > 1.0)) { die("collbench: -f wants a factor > 1, got '%s'", v); }
+                if (end == v || *end != '\0' || !(o.factor > 1.0) || !isfinite(o.factor) || !isdigit((unsigned char)v[0])) {
+                    die("collbench: -f wants a factor > 1, got '%s'", v);
+                }
                 break;
             }
             case 'n': o.iters = (int)parse_int(f, v, 0, 1000000); break;
@@ -437,6 +458,19 @@ static Opts parse_opts(int argc, char** argv) {
     }
     if (o.minbytes > o.maxbytes) { die("collbench: -b %zu is larger than -e %zu", o.minbytes, o.maxbytes); }
     if (o.tune && !o.tuning) { die("collbench: --autotune writes the tuning file -T FILE names: add -T FILE"); }
+    // the sizes -b, -e and -f make: a bounded table (-f 1.0000001 would make millions)
+    double sizes = floor(log((double)o.maxbytes / (double)o.minbytes) / log(o.factor) + 1e-9) + 1;
+    if (sizes > COLLBENCH_MAX_SIZES) {
+        die("collbench: -b %zu -e %zu -f %.9g make %.0f sizes, more than %d: raise -f or narrow -b..-e", o.minbytes, o.maxbytes,
+            o.factor, sizes, COLLBENCH_MAX_SIZES);
+    }
+    // every path by its role (COLLBENCH_PATHS), before any work: rank 0 writes the files
+    std::vector<PathFlag> paths;
+    for (const CollbenchPath& x : COLLBENCH_PATHS) {
+        const char* v = x.flag == 'L' ? o.links : o.tuning;
+        paths.push_back({x.flag == 'L' ? "collbench: -L" : "collbench: -T", x.flag == 'T' && o.tune ? PATH_UPDATE_FILE : x.role, v});
+    }
+    paths_check(paths, *die_rank_slot() <= 0);
     return o;
 }
 
@@ -724,6 +758,7 @@ static std::vector<double> time_algos(Comm* c, const std::vector<const Algo*>& a
 int main(int argc, char** argv) {
     Opts o = parse_opts(argc, argv);                         // before MPI: bad flags die on every rank
     Comm c = comm_init_world(&argc, &argv);
+    die_set_rank(c.rank, c.size);                            // every error from here on: "error: [rank R] collbench: ..."
 #ifdef COLLBENCH_DEVICE
     comm_select_device(&c);                                  // one GPU per rank, round robin on a node
     comm_enable_device(&c, o.staged);                        // NCCL, or the staged wire (-S 1, shared GPU)

@@ -31,13 +31,12 @@ int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
     TrainArgs args;
     parse_train_args(argc, argv, &args);
+    train_paths_check(*die_rank_slot());   // every path by its role, before any work (llmc/train/outputs.h)
     if (args.plan) { return planner_main(&args); }   // --plan: predictions only, no step (llmc/planner/planner.h)
     Plan plan;
     plan_init(&plan, &argc, &argv, &args, planner_choose);   // MPI, the mesh (--mesh auto: the planner's), this rank's device, one voice
     Guard guard;
-    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the --comm-timeout watchdog (llmc/train/guard.h)
-    outputs_check_writable(&args, plan.rank);   // every output path writable, before any work (llmc/train/outputs.h)
-    outputs_check_distinct(&args);              // and none the same file as an input or another output
+    guard_init(&guard, &args, &plan);        // failures: SIGXFSZ, --fault, the state's lock, the --comm-timeout watchdog (llmc/train/guard.h)
 
     // ---- the model, the batch, the task
     GPT2 model;
@@ -136,7 +135,7 @@ int main(int argc, char** argv) {
     }
     if (args.trace) { plan_write_trace(&plan, args.trace); }
     gpt2_free(&model);
-    guard_free(&guard);   // the watchdog, before MPI ends
+    guard_free(&guard);   // the watchdog (before MPI ends) and the state's lock
     plan_free(&plan);
     return 0;
 }

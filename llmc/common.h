@@ -36,6 +36,7 @@ static inline void die_set_rank_from_launcher() {
 }
 
 // ---- temporary files being written ("<path>.tmp", see fopen_tmp_for_write): die() removes them
+// (and a state directory's lock, and the directory when this run made it and it is still empty)
 struct TmpFileList {
     std::mutex mu;
     std::vector<std::string> paths;
@@ -59,7 +60,9 @@ static inline void tmp_file_forget(const std::string& path) {
 static inline void tmp_file_remove_all() {
     TmpFileList* l = tmp_file_list();
     std::lock_guard<std::mutex> lock(l->mu);
-    for (const std::string& p : l->paths) { unlink(p.c_str()); }
+    for (size_t i = l->paths.size(); i-- > 0;) {   // newest first: a lock, then the directory made for it
+        if (unlink(l->paths[i].c_str()) != 0) { rmdir(l->paths[i].c_str()); }
+    }
     l->paths.clear();
 }
 // A signal that ends the process (mpirun's SIGTERM to the other ranks when one fails, a closed
@@ -67,7 +70,10 @@ static inline void tmp_file_remove_all() {
 // does what it would have done. (No lock in a signal handler: the list is only read, and unlink
 // is safe there.)
 static inline void tmp_file_signal_handler(int sig) {
-    for (const std::string& p : tmp_file_list()->paths) { unlink(p.c_str()); }
+    std::vector<std::string>& paths = tmp_file_list()->paths;
+    for (size_t i = paths.size(); i-- > 0;) {
+        if (unlink(paths[i].c_str()) != 0) { rmdir(paths[i].c_str()); }
+    }
     signal(sig, SIG_DFL);
     raise(sig);
 }

@@ -36,7 +36,9 @@
 # the jobs on the cluster (mpirun enters the nodes' namespaces: sudo -E scripts/launch.sh ...).
 # Touches nothing that exists: it adds a bridge, veth pairs and namespaces, all named NAME-*,
 # and the files of build/cluster (build/cluster-NAME for another name); down removes them, as
-# does a failed or interrupted up.
+# does a failed or interrupted up. An up or down of one name waits for another one running (a lock:
+# /run/lock/llmc-cluster-NAME.lock), so two at once never leave half a cluster. Numbers are digits
+# only and bounded (--nodes 1-200, --ranks-per-node 1-1024, --inter-mbit 0-10^6).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -63,11 +65,17 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
-{ [[ $nodes =~ ^[1-9][0-9]*$ ]] && [ "$nodes" -le 200 ]; } || bad_usage "--nodes must be 1 to 200, got '$nodes'"
-[[ $rpn =~ ^[1-9][0-9]*$ ]] || bad_usage "--ranks-per-node must be a positive integer, got '$rpn'"
-[[ $mbit =~ ^[0-9]+$ ]] || bad_usage "--inter-mbit must be a number of Mbit/s (0: no limit), got '$mbit'"
+# numbers judged as text first (digits only, no leading zero, bounded), before bash's arithmetic,
+# which wraps at 2^63 without a word: count VALUE MOST
+count() { [[ $1 =~ ^(0|[1-9][0-9]{0,6})$ ]] && [ "$1" -le "$2" ]; }
+{ count "$nodes" 200 && [ "$nodes" -ge 1 ]; } || bad_usage "--nodes must be 1 to 200, got '$nodes'"
+{ count "$rpn" 1024 && [ "$rpn" -ge 1 ]; } || bad_usage "--ranks-per-node must be 1 to 1024, got '$rpn'"
+count "$mbit" 1000000 || bad_usage "--inter-mbit must be 0 to 1000000 Mbit/s (0: no limit), got '$mbit'"
 [[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || bad_usage "--name must be 1-8 lower-case letters and digits, got '$name'"
-[[ $subnet =~ ^(10|172|192)\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || bad_usage "--subnet must be a private A.B.C (the nodes get A.B.C.1, ...), got '$subnet'"
+octets=""
+[[ $subnet =~ ^(10|172|192)\.([0-9]{1,3})\.([0-9]{1,3})$ ]] && octets="${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
+{ [ -n "$octets" ] && count "${octets% *}" 255 && count "${octets#* }" 255; } ||
+    bad_usage "--subnet must be a private A.B.C, B and C 0 to 255 (the nodes get A.B.C.1, ...), got '$subnet'"
 
 dir=build/cluster
 [ "$name" = llmc ] || dir=build/cluster-$name
@@ -79,9 +87,22 @@ if [ "$(id -u)" != 0 ]; then
     fi
     die "network namespaces need root: run 'sudo scripts/cluster.sh $action ...' (or as root)"
 fi
-for tool in ip tc unshare; do
+for tool in ip tc unshare flock; do
     command -v $tool >/dev/null 2>&1 || die "'$tool' not found: apt-get install iproute2 util-linux"
 done
+# up and down of one name, one at a time: two ups at once would both find no cluster, both start
+# making one, and the one that failed would remove, in its clean-up, what the other made (half a
+# cluster). The second waits for the first (at most 5 minutes), then finds the cluster up (or gone).
+# (The namespaces are the machine's, so is the lock: /run/lock, else /tmp; every checkout shares it.)
+if [ "$action" != status ]; then
+    lock=/run/lock/llmc-cluster-$name.lock
+    [ -d /run/lock ] && [ -w /run/lock ] || lock=/tmp/llmc-cluster-$name.lock
+    exec 9>"$lock"
+    if ! flock -n 9; then
+        echo "cluster '$name': another 'cluster.sh up/down' of this name is running; waiting for it" >&2
+        flock -w 300 9 || die "cluster '$name': another 'cluster.sh up/down' still holds $lock after 5 minutes"
+    fi
+fi
 
 # the namespaces of this cluster, whatever their number (from ip netns, not from our files)
 cluster_namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-node[0-9]+$" | sort -V; }

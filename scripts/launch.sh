@@ -54,7 +54,12 @@ bad_usage() { echo "launch: $*" >&2; usage >&2; exit 2; }
 
 # ---- options
 opt_np="" opt_gpus="" opt_rpn="" opt_hostfile="" opt_tp="" opt_dp="" opt_mpi_args="" dry_run=0
-posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || bad_usage "$1 needs a positive integer, got '$2'"; }
+# Every count (options, hostfile slots, Slurm's variables, the program's --pp/--cp) is digits only
+# and at most MAX_RANKS, the trainer's bound on --devices: bash's arithmetic wraps at 2^63 without a
+# word ("18446744073709551616" would be 0, then a division by 0), so a count is judged as text first.
+MAX_RANKS=1048576
+is_count() { [[ $1 =~ ^[1-9][0-9]{0,6}$ ]] && [ "$1" -le $MAX_RANKS ]; }
+posint() { is_count "$2" || bad_usage "$1 needs a whole number from 1 to $MAX_RANKS, got '$2'"; }
 while [ $# -gt 0 ]; do
     opt=$1 val="" has_val=0
     case $opt in
@@ -174,7 +179,7 @@ read_hostfile() {
             case $field in
                 slots=*)
                     n=${field#slots=}
-                    [[ $n =~ ^[1-9][0-9]*$ ]] || die "hostfile '$file': bad '$field' for $host"
+                    is_count "$n" || die "hostfile '$file': bad '$field' for $host (slots: 1 to $MAX_RANKS)"
                     have_slots=1 ;;
             esac
         done
@@ -197,7 +202,8 @@ elif [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$slurm_list" ]; then
     expand_hostlist "$slurm_list"
     listvar=SLURM_JOB_NODELIST; [ -n "${SLURM_JOB_NODELIST:-}" ] || listvar=SLURM_NODELIST
     where="Slurm (job $SLURM_JOB_ID, $listvar=$slurm_list: ${#hosts[@]} host$([ ${#hosts[@]} = 1 ] || echo s))"
-    if [[ ${SLURM_NTASKS_PER_NODE:-} =~ ^[1-9][0-9]*$ ]]; then
+    if [ -n "${SLURM_NTASKS_PER_NODE:-}" ]; then
+        is_count "$SLURM_NTASKS_PER_NODE" || die "SLURM_NTASKS_PER_NODE='$SLURM_NTASKS_PER_NODE' is not a count from 1 to $MAX_RANKS"
         for _ in "${hosts[@]}"; do slots+=("$SLURM_NTASKS_PER_NODE"); done
         have_slots=1 slot_rule="slots: SLURM_NTASKS_PER_NODE=$SLURM_NTASKS_PER_NODE"
     elif [ -n "${SLURM_TASKS_PER_NODE:-}" ]; then
@@ -205,9 +211,11 @@ elif [ -n "${SLURM_JOB_ID:-}" ] && [ -n "$slurm_list" ]; then
         tpn=() ok=1
         IFS=, read -r -a tpn_items <<<"$SLURM_TASKS_PER_NODE"
         for item in "${tpn_items[@]}"; do
-            if [[ $item =~ ^([0-9]+)\(x([0-9]+)\)$ ]]; then
-                for ((k = 0; k < BASH_REMATCH[2]; k++)); do tpn+=("${BASH_REMATCH[1]}"); done
-            elif [[ $item =~ ^[0-9]+$ ]]; then
+            each="" times=""
+            [[ $item =~ ^([0-9]+)\(x([0-9]+)\)$ ]] && each=${BASH_REMATCH[1]} times=${BASH_REMATCH[2]}
+            if [ -n "$each" ] && is_count "$each" && is_count "$times" && [ "$times" -le ${#hosts[@]} ]; then
+                for ((k = 0; k < times; k++)); do tpn+=("$each"); done
+            elif is_count "$item"; then
                 tpn+=("$item")
             else
                 ok=0
@@ -237,9 +245,9 @@ nhosts=${#hosts[@]}
 gpus=0 gpu_rule="" gpus_hidden=0
 if [ -n "$opt_gpus" ]; then
     gpus=$opt_gpus gpu_rule="--gpus-per-node $opt_gpus"
-elif [[ ${SLURM_GPUS_ON_NODE:-} =~ ^[1-9][0-9]*$ ]]; then
+elif is_count "${SLURM_GPUS_ON_NODE:-}"; then
     gpus=$SLURM_GPUS_ON_NODE gpu_rule="SLURM_GPUS_ON_NODE=$SLURM_GPUS_ON_NODE"
-elif [ -n "${SLURM_GPUS_PER_NODE:-}" ] && g=${SLURM_GPUS_PER_NODE%%(*} && g=${g##*:} && [[ $g =~ ^[1-9][0-9]*$ ]]; then
+elif [ -n "${SLURM_GPUS_PER_NODE:-}" ] && g=${SLURM_GPUS_PER_NODE%%(*} && g=${g##*:} && is_count "$g"; then
     gpus=$g gpu_rule="SLURM_GPUS_PER_NODE=$SLURM_GPUS_PER_NODE"   # 4, gpu:4 or gpu:a100:4
 elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
     case $CUDA_VISIBLE_DEVICES in
@@ -274,6 +282,7 @@ fi
 [ $gpus_hidden = 1 ] && [ -z "$opt_rpn" ] && rule+="; CUDA_VISIBLE_DEVICES='${CUDA_VISIBLE_DEVICES}' hides the GPUs"
 total=0
 for s in "${slots[@]}"; do total=$((total + s)); done
+[ "$total" -le $MAX_RANKS ] || die "the hosts' slots add up to $total ranks, more than $MAX_RANKS"
 np=$total
 per=${slots[0]}
 for s in "${slots[@]}"; do [ "$s" = "${slots[0]}" ] || { per=$(IFS=+; echo "${slots[*]}"); break; }; done
@@ -289,7 +298,8 @@ if [ -n "$opt_tp" ] || [ -n "$opt_dp" ]; then
     for ((i = 1; i < ${#prog[@]}; i++)); do
         case ${prog[i]} in
             --pp | --cp) v=${prog[i + 1]:-}
-                [[ $v =~ ^[1-9][0-9]*$ ]] && other=$((other * v)) other_desc+=" x ${prog[i]} $v" ;;
+                is_count "$v" || die "the program's ${prog[i]} '$v' is not a count from 1 to $MAX_RANKS"
+                other=$((other * v)) other_desc+=" x ${prog[i]} $v" ;;
         esac
     done
     tp=${opt_tp:-1}

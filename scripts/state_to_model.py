@@ -53,6 +53,9 @@ def main():
         else:
             kv[key] = value
     world, has_master, n = int(kv["world"]), int(kv["has_master"]), int(kv["parameters"])
+    if not re.fullmatch(r"[0-9a-f]{16}", kv.get("identity", "")):
+        die(f"'{mpath}' has no valid 'identity' line (16 hex digits: the run it belongs to)")
+    identity = int(kv["identity"], 16)
     cfg = kv["config"].split()
     c = {cfg[i]: cfg[i + 1] for i in range(0, len(cfg), 2)}
     if len(files) != world:
@@ -69,6 +72,8 @@ def main():
         h = struct.unpack_from("<8q", data, 0)
         if h[0] != MAGIC_STATE or h[1] != 1 or h[2] != r or h[3] != world:
             die(f"'{path}': bad header {h[:4]}")
+        if h[7] & (2**64 - 1) != identity:   # (read signed: the identity is 64 random bits)
+            die(f"'{path}' belongs to run {h[7] & (2**64 - 1):016x}, the manifest to run {identity:016x}: files of two runs mixed")
         nruns, nvalues = h[5], h[6]
         runs = struct.unpack_from(f"<{2 * nruns}Q", data, 64)
         block = 1 if has_master else 0   # the master weights follow the parameters

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compare a parallel run with the single-rank run it must reproduce.
 
-usage: compare_runs.py REF.log REF.bin RUN.log RUN.bin [--tol 1e-5] [--loss-floor X] [--label TEXT]
+usage: compare_runs.py REF.log REF.bin RUN.log RUN.bin [--tol 1e-5] [--loss-floor X] [--adam-bound LR,STEPS]
+                       [--label TEXT]
 
 The logs are the trainer's --log files (step, loss, norm, lr at full precision), the .bin
 files its --save checkpoints (llm.c format, version 3, fp32, or version 10 with experts). Checks:
@@ -17,6 +18,13 @@ files its --save checkpoints (llm.c format, version 3, fp32, or version 10 with 
     has no effect on the loss, its gradient is 0 in exact arithmetic, and Adam turns the
     rounding noise of that 0 into lr-sized steps whose sign depends on the summation order.
     Its difference is printed, not judged.
+  - with --adam-bound LR,STEPS (fine-tuning a trained model, where many gradients are at rounding
+    level: the key bias's always, a token the model is almost sure of too): every element,
+    the key bias's included, within 2 x LR x sum over t = 1..STEPS of B_t, B_t the largest step
+    AdamW can take at t relative to lr (beta1 0.9, beta2 0.95): |m^_t| / sqrt(v^_t) <=
+    sqrt(1 - b2^t) / (1 - b1^t) x (1 - b1) / sqrt(1 - b2) x sqrt(sum_{j<t} (b1^2/b2)^j) (Cauchy-
+    Schwarz on m_t's sum against v_t's). Two runs whose gradients of one element differ only by
+    rounding can move it that far in opposite directions, no farther (lr_t <= LR).
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import math, operator, struct, sys
@@ -68,6 +76,12 @@ def main():
     floor = 0.0
     if "--loss-floor" in args:
         i = args.index("--loss-floor"); floor = float(args[i + 1]); del args[i:i + 2]
+    bound = None
+    if "--adam-bound" in args:
+        i = args.index("--adam-bound"); lr, steps = args[i + 1].split(","); del args[i:i + 2]
+        b1, b2 = 0.9, 0.95
+        B = lambda t: math.sqrt(1 - b2**t) / (1 - b1**t) * (1 - b1) / math.sqrt(1 - b2) * math.sqrt(sum((b1 * b1 / b2)**j for j in range(t)))
+        bound = 2 * float(lr) * sum(B(t) for t in range(1, int(steps) + 1))
     if "--label" in args:
         i = args.index("--label"); label = args[i + 1]; del args[i:i + 2]
     ref_log, ref_bin, run_log, run_bin = args
@@ -79,9 +93,11 @@ def main():
             worst_norm = max(worst_norm, abs(n1 - n2) / (abs(n1) or 1.0))
     pa, L, C = read_ckpt(ref_bin)
     pb, _, _ = read_ckpt(run_bin)
-    worst_param, worst_name, worst_elem, keybias = 0.0, "", 0.0, 0.0
+    worst_param, worst_name, worst_elem, keybias, worst_abs = 0.0, "", 0.0, 0.0, 0.0
     for name in pa:
         x, y = pa[name], pb[name]
+        if len(x) == len(y) and x:
+            worst_abs = max(worst_abs, max(map(abs, map(operator.sub, x, y))))
         if name == "qkvb":   # per layer: [q bias | k bias | v bias], judge q and v only
             keys = [i for i in range(len(x)) if C <= i % (3 * C) < 2 * C]
             keybias = max(abs(x[i] - y[i]) for i in keys)
@@ -97,9 +113,11 @@ def main():
         worst_elem = max(worst_elem, max(map(abs, map(operator.sub, x, y))) / scale)
         if err > worst_param:
             worst_param, worst_name = err, name
-    ok = worst_loss <= tol and worst_norm <= tol and worst_param <= tol
+    ok = worst_loss <= tol and worst_norm <= tol and worst_param <= tol and (bound is None or worst_abs <= bound)
+    judged = "" if bound is None else \
+        f", largest element difference {worst_abs:.1e} {'<=' if worst_abs <= bound else '>'} AdamW's bound {bound:.1e}"
     print(f"{'PASS' if ok else 'FAIL'} {label}: {len(b)} steps, loss rel err {worst_loss:.1e}, norm rel err "
-          f"{worst_norm:.1e}, params rel err {worst_param:.1e} ({worst_name}) [tol {tol:g}; not judged: largest "
+          f"{worst_norm:.1e}, params rel err {worst_param:.1e} ({worst_name}){judged} [tol {tol:g}; not judged: largest "
           f"element {worst_elem:.1e} of the tensor max, key bias abs diff {keybias:.1e}]")
     return 0 if ok else 1
 

@@ -80,6 +80,7 @@ suite profile       fast 1 bash test/test_profile.sh
 suite pp-schedule   fast 1 ./test_pp_schedulecpu
 suite cp-attention  fast 1 bash test/test_cp_attention.sh
 suite layout        fast 1 "$PY" test/test_layout.py
+suite flag-roles    fast 1 bash test/test_flag_roles.sh
 suite syllabus      fast 1 "$PY" test/test_syllabus.py
 suite sft-data      fast 1 bash test/test_sft.sh
 suite collectives   fast 3 bash test/test_collectives.sh

@@ -98,13 +98,32 @@ expect_error() {
         status=1
     fi
 }
-expect_error "unknown flag" "error: collbench: unknown flag '-z'" -z 3
-expect_error "bad type" "error: collbench: -d wants float, bf16 or int32, got 'fp64'" -d fp64
-expect_error "bad algorithm" "error: collbench: -a: no algorithm 'tree' for allreduce" -p allreduce -a tree
-expect_error "root out of range" "error: collbench: -r 2 is out of range for 2 ranks" -p broadcast -r 2
+expect_error "unknown flag" "error: \[rank [01]\] collbench: unknown flag '-z'" -z 3
+expect_error "bad type" "error: \[rank [01]\] collbench: -d wants float, bf16 or int32, got 'fp64'" -d fp64
+expect_error "bad algorithm" "error: \[rank [01]\] collbench: -a: no algorithm 'tree' for allreduce" -p allreduce -a tree
+expect_error "root out of range" "error: \[rank [01]\] collbench: -r 2 is out of range for 2 ranks" -p broadcast -r 2
 printf 'allreduce 2 2 0 10 - tree\n' >build/test/collbench_bad_tuning.txt
 expect_error "a malformed tuning file" "build/test/collbench_bad_tuning.txt: line 1: want 'PRIM RANKS NODE" -a auto -T build/test/collbench_bad_tuning.txt
-expect_error "--autotune without -T" "error: collbench: --autotune writes the tuning file -T FILE names" --autotune -b 4 -e 4
+expect_error "--autotune without -T" "error: \[rank [01]\] collbench: --autotune writes the tuning file -T FILE names" --autotune -b 4 -e 4
 expect_error "a missing tuning file" "cannot read the tuning file 'build/test/no_such_tuning.txt'" -a auto -T build/test/no_such_tuning.txt
-expect_error "links file in a missing directory" "cannot open 'build/test/no/such/links.txt.tmp'" -b 4 -e 4 -L build/test/no/such/links.txt
+expect_error "links file in a missing directory" "\[rank 0\] collbench: -L 'build/test/no/such/links.txt': the directory 'build/test/no/such' does not exist" -b 4 -e 4 -L build/test/no/such/links.txt
+# the values bounded, the paths checked by their roles (llmc/paths.h), the tuning file read strictly
+# and of use to auto on this many ranks (llmc/comm/tuning.h); each error names the rank
+expect_error "a factor that makes millions of sizes" "\[rank [01]\] collbench: -b 8 -e 67108864 -f 1.0000001 make 159423860 sizes, more than 1000" -f 1.0000001
+expect_error "a size that is not a number" "\[rank [01]\] collbench: -b wants a byte count such as 8, 4K or 64M, got 'nan'" -b nan
+expect_error "an infinite size" "\[rank [01]\] collbench: -e wants a byte count such as 8, 4K or 64M, got 'inf'" -e inf
+expect_error "a zero size" "\[rank [01]\] collbench: -b 0 is not within 1 byte to 1T" -b 0
+expect_error "an infinite factor" "\[rank [01]\] collbench: -f wants a factor > 1, got 'inf'" -f inf
+rm -f build/test/collbench_fifo; mkfifo build/test/collbench_fifo
+expect_error "a named pipe as the tuning file" "\[rank [01]\] collbench: -T: 'build/test/collbench_fifo' is a named pipe, expected a file" -a auto -T build/test/collbench_fifo
+printf 'link intra 5 25\n' >build/test/collbench_links_in.txt
+expect_error "the links written over the tuning file" "\[rank [01]\] collbench: -L 'build/test/collbench_links_in.txt' is the same file as the input" -b 4 -e 4 -a auto -L build/test/collbench_links_in.txt -T build/test/collbench_links_in.txt
+printf 'link intra 5 25x\n' >build/test/collbench_unit.txt
+expect_error "a tuning link with a unit" "\[rank [01]\] comm_tuning_load .*collbench_unit.txt: line 1: want 'link intra|inter" -a auto -T build/test/collbench_unit.txt
+printf 'allreduce 2 2 0 10 - ring\nallreduce 2 2 10 99 - ring\n' >build/test/collbench_overlap.txt
+expect_error "tuning rows that overlap" "line 2: allreduce on 2 ranks, sizes 10 to 99, overlaps line 1's 0 to 10" -a auto -T build/test/collbench_overlap.txt
+: >build/test/collbench_empty.txt
+expect_error "an empty tuning file" "\[rank [01]\] comm_tuning_load .*is of no use to auto here: it holds no link and no row" -a auto -T build/test/collbench_empty.txt
+printf 'allreduce 4 4 0 10 - ring\n' >build/test/collbench_other_p.txt
+expect_error "a tuning file for other rank counts" "it has no row for 2 ranks (rows for 4): measure them with mpirun -np 2" -a auto -T build/test/collbench_other_p.txt
 exit $status

@@ -63,12 +63,19 @@ put("tok_magic.bin", struct.pack("<I", 7) + tok[4:])
 put("tok_truncated.bin", tok[:1024 + 50])
 th = list(struct.unpack("256I", tok[:1024])); th[2], th[3] = 100, 99
 put("tok_vocab.bin", struct.pack("256I", *th) + b"".join(bytes([1, 65]) for _ in range(100)))
+put("tok_trailing.bin", tok + b"xyz")                                                             # 3 bytes after the tokens
 # SFT: a shard without its loss mask, and a mask with the wrong magic
 sft = open(f"{d}/data/sft_val_000000.bin", "rb").read()
 mask = open(f"{d}/data/sft_val_000000.mask", "rb").read()
 put("sftnomask_000000.bin", sft)
 put("sftmask_000000.bin", sft)
 put("sftmask_000000.mask", struct.pack("<i", 99) + mask[4:])
+put("sftnoans_000000.bin", sft)                                                                   # a mask without a 1
+put("sftnoans_000000.mask", mask[:1024] + bytes(len(mask) - 1024))
+# two training shards, the second's last token outside the vocabulary (found before step 1 only if
+# every shard is read up front: a 2-step run never reaches it)
+put("late_000000.bin", open(f"{d}/data/train_000000.bin", "rb").read())
+put("late_000001.bin", struct.pack("<3i", 20240520, 1, 100) + b"\0" * (1024 - 12) + struct.pack("<100H", *([65] * 99 + [300])))
 # checkpoint headers that claim another shape than the file holds
 h = list(hdr); h[4] = 10**9; put("ck_layers.bin", with_header(h))                                 # 10^9 layers
 h = list(hdr); h[4] = 100; put("ck_deep.bin", with_header(h))                                     # 100 layers, 2 in the file
@@ -84,6 +91,15 @@ put("links_extra.txt", b"intra 5 25\ninter 10 2 7\n")
 put("links_twice.txt", b"# measured\nintra 5 25\nintra 6 20\n")
 put("links_negative.txt", b"intra -5 25\n")
 put("links_empty.txt", b"# nothing measured yet\n\n")
+# --comm-tuning files (llmc/comm/tuning.h): good for 2 ranks; a bandwidth "25x"; a size "10k"; a link twice;
+# rows that overlap; rows for 4 ranks only; a negative latency
+put("tune_good.txt", b"# collbench --autotune\nlink intra 5 25\nallreduce 2 2 0 99999999 ring ring\n")
+put("tune_unit.txt", b"link intra 5 25x\nallreduce 2 2 0 99999999 ring ring\n")
+put("tune_size.txt", b"allreduce 2 2 0 10k ring ring\n")
+put("tune_twice.txt", b"# measured\nlink intra 5 25\nlink intra 6 20\n")
+put("tune_overlap.txt", b"allreduce 2 2 0 1000 ring ring\nallreduce 2 2 1000 99999999 ring rabenseifner\n")
+put("tune_p4.txt", b"link intra 5 25\nallreduce 4 4 0 99999999 ring ring\n")
+put("tune_negative.txt", b"link intra -5 25\nallreduce 2 2 0 99999999 ring ring\n")
 EOF
 [ $? -eq 0 ] || { echo "FAIL making the broken inputs"; exit 1; }
 
@@ -109,6 +125,10 @@ for i, l in enumerate(lines):
     if name in ("position", "log", "metrics"):
         data = open(f"{d}/{name}", "rb").read()
         lines[i] = f"{name} {len(data)} {zlib.crc32(data):08x}\n"
+    if name == "file":   # a rank file: "file rank-NNNNN.bin BYTES CRC32"
+        f = l.split(" ")[1]
+        data = open(f"{d}/{f}", "rb").read()
+        lines[i] = f"file {f} {len(data)} {zlib.crc32(data):x}\n"
 body = "".join(lines)
 open(f"{d}/manifest", "w").write(body + f"crc32 {zlib.crc32(body.encode()):08x}\n")
 EOF
@@ -138,6 +158,36 @@ B=$(bad_state st_logtext_sealed); echo hello >"$B/log"; seal "$B"
 B=$(bad_state st_posedit); sed -i 's/^data.pos .*/data.pos 0/' "$B/position"
 B=$(bad_state st_posstep_sealed); sed -i 's/^trainer.step 2$/trainer.step 1/' "$B/position"; seal "$B"
 B=$(bad_state st_metrics); echo "step,reward" >"$B/metrics"
+# values that follow from others, edited and sealed (llmc/train/state_manifest.h, state_shards.h): the
+# data position one token on, AdamW's t one less, a tensor's offset, the run's identity in the
+# position file and in a rank file's header, a NaN and a negative v among a rank file's values
+B=$(bad_state st_datapos_sealed); sed -i 's/^data.pos 128$/data.pos 129/' "$B/position"; seal "$B"
+B=$(bad_state st_adamw_sealed); sed -i 's/^adamw_t 2$/adamw_t 1/' "$B/manifest"; seal "$B"
+B=$(bad_state st_offset_sealed); sed -i 's/^tensor wpe offset \([0-9]*\) /tensor wpe offset 1\1 /' "$B/manifest"; seal "$B"
+B=$(bad_state st_identity_sealed); sed -i 's/^trainer.identity .*/trainer.identity 12345/' "$B/position"; seal "$B"
+rank_values() {   # FILE KIND INDEX VALUE: one float of a rank file set (KIND 0 the parameters, 2 v: no master weights here)
+    python3 - "$@" <<'PY'
+import struct, sys
+f, kind, i, v = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+b = bytearray(open(f, "rb").read())
+h = struct.unpack("<8q", bytes(b[:64]))
+at = 64 + 16 * h[5] + 4 * (kind * h[6] + i)
+b[at:at + 4] = struct.pack("<f", v)
+open(f, "wb").write(bytes(b))
+PY
+}
+B=$(bad_state st_nan_sealed); rank_values "$B/rank-00001.bin" 0 5 nan; seal "$B"
+B=$(bad_state st_negv_sealed); rank_values "$B/rank-00000.bin" 2 7 -1; seal "$B"
+B=$(bad_state st_rankid_sealed); python3 -c "
+import sys; f = sys.argv[1]; b = bytearray(open(f, 'rb').read()); b[56:64] = (12345).to_bytes(8, 'little'); open(f, 'wb').write(bytes(b))" "$B/rank-00001.bin"; seal "$B"
+# state directories held by a lock (llmc/train/state_lock.h): by a live process of this host (pid 1),
+# by a job on another host, a lock that is no 'HOST PID', a lock that is a directory; a good state
+# held by a live process (a resume into it)
+mkdir -p "$T/in/st_locked" "$T/in/st_lockother" "$T/in/st_badlock" "$T/in/st_lockdir/lock"
+echo "$(hostname) 1" >"$T/in/st_locked/lock"
+echo "node7 4242" >"$T/in/st_lockother/lock"
+echo "garbage" >"$T/in/st_badlock/lock"
+echo "$(hostname) 1" >"$(bad_state st_lockstate)/../lock"
 # --save-state directories: a step-K.tmp and a latest of the wrong kind (caught before step 1), a
 # step directory a save cannot replace (it holds a directory: the save fails after its step), with
 # and without a previous state
@@ -148,7 +198,7 @@ mkdir -p "$(bad_state st_keeps)/../step-00000001/keep"
 # ---- the rows
 TRAINER=$(realpath "${TRAINER:-./train_gpt2cpu}")
 python3 - "$T" "$TRAINER" "${ERRORS_ONLY:-}" <<'EOF'
-import concurrent.futures, os, re, shlex, subprocess, sys, time
+import concurrent.futures, os, re, shlex, socket, subprocess, sys, time
 scratch, trainer, only = sys.argv[1], sys.argv[2], sys.argv[3]
 
 # The checks can fail: each (perturbation of test/perturbations.py, a row's "what") below runs that
@@ -172,6 +222,27 @@ PERTURBED = [
     ("a links line of any length", "a line with a fourth field"),
     ("a state's numbers read with a sign", "a negative step, its checksums made to match"),
     ("a state's numbers cut to an int", "a world of 2^32 + 2 ranks, its checksums made to match"),
+    ("an output's name not checked against the file system's limit", "a save name whose temporary file is too long"),
+    ("outputs allowed in /proc and /sys", "a log in /proc"),
+    ("inputs allowed inside the state directory", "an input inside the training-state directory"),
+    ("a tuning number read up to its first bad character", "a tuning link with a unit"),
+    ("tuning rows allowed to overlap", "tuning rows that overlap"),
+    ("a tuning file without rows for the job accepted", "a tuning file for 4 ranks on 2"),
+    ("a tuning file accepted where auto never runs", "a tuning file auto never reads"),
+    ("a live job's lock taken over", "a state directory a live job of this host holds"),
+    ("the data position not derived from the step", "the data position one token on, its checksums made to match"),
+    ("AdamW's t not derived from the log", "AdamW's t one less, its checksums made to match"),
+    ("the tensor lines not checked", "a tensor's offset changed, its checksums made to match"),
+    ("the position's run not checked", "the position file of another run, its checksums made to match"),
+    ("a rank file's run not checked", "a rank file of another run, its checksums made to match"),
+    ("non-finite state values accepted", "a NaN among a rank file's weights, its checksums made to match"),
+    ("--profile with nothing to profile accepted", "a profile of one step"),
+    ("--mesh auto beside --plan accepted", "--mesh auto beside --plan all"),
+    ("the planner's no-answer without an error line", "a plan for 65536 devices"),
+    ("OMP_NUM_THREADS not bounded", "OMP_NUM_THREADS of 300 on the planner"),
+    ("a tokenizer with trailing bytes accepted", "a tokenizer with bytes after its tokens"),
+    ("an SFT mask without an answer accepted", "an SFT training mask without an answer token"),
+    ("the shards' tokens not checked up front", "a bad token in a shard the run would reach later"),
 ]
 PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "
@@ -218,6 +289,15 @@ def listing(d):   # what a directory holds, recursively
         out += [os.path.relpath(os.path.join(root, x), d) + ("/" if x in dirs else "") for x in dirs + files]
     return sorted(out)
 
+# The variables a row gives the ranks: mpirun -x NAME, or, where test/run_tests.sh has set
+# OMPI_MCA_mca_base_env_list (Open MPI refuses the two together, and mpirun would not start at
+# all), appended to that list
+def ranks_env(extra):
+    have = env.get("OMPI_MCA_mca_base_env_list")
+    if have is None:
+        return [x for k in extra for x in ("-x", k)], dict(env, **extra)
+    return [], dict(env, **extra, OMPI_MCA_mca_base_env_list=";".join([have] + [f"{k}={v}" for k, v in extra.items()]))
+
 def run(row, perturbation=None):
     n, what, ranks, flags, message = row
     d = f"{scratch}/rows/{n}" + (f"-p{PERTURBED.index(perturbation)}" if perturbation else "")
@@ -226,15 +306,21 @@ def run(row, perturbation=None):
     open(f"{d}/out/file.txt", "w").write("a file\n")
     os.mkfifo(f"{d}/out/fifo")   # not a regular file (never a real device: a broken check would replace it)
     os.symlink("file.txt", f"{d}/out/link.txt")   # another name of out/file.txt
+    os.makedirs(f"{d}/out/held")   # a state directory a live process of this host holds (pid 1: init)
+    open(f"{d}/out/held/lock", "w").write(f"{socket.gethostname()} 1\n")
     for x in ("data", "in"):
         os.symlink(f"../../{x}", f"{d}/{x}")
     before = listing(f"{d}/out")
     t0 = time.time()
-    cmd, run_env = MPIRUN + ["-np", str(ranks), trainer], env
+    words = shlex.split(flags)   # leading NAME=VALUE words: the ranks' environment (mpirun -x NAME)
+    assigns = [w for w in words[:next((i for i, w in enumerate(words) if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)), len(words))]]
+    words = words[len(assigns):]
+    extra = dict(a.split("=", 1) for a in assigns)
     if perturbation:
-        cmd = MPIRUN + ["-x", "LLMC_PERTURB", "-np", str(ranks), os.path.realpath(PERTURBED_BIN)]
-        run_env = dict(env, LLMC_PERTURB=perturbation[0])
-    p = subprocess.run(cmd + BASE + shlex.split(flags), cwd=d, env=run_env,
+        extra["LLMC_PERTURB"] = perturbation[0]
+    xs, run_env = ranks_env(extra)
+    cmd = MPIRUN + xs + ["-np", str(ranks), os.path.realpath(PERTURBED_BIN) if perturbation else trainer]
+    p = subprocess.run(cmd + BASE + words, cwd=d, env=run_env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     secs = time.time() - t0
     open(f"{d}/run.out", "w").write(p.stdout)

@@ -203,7 +203,26 @@ expect "empty hostfile: a clear error, exit 1" 1 "names no host"
 run $L --dry-run --frobnicate -- ./prog
 expect "unknown option: the usage line, exit 2" 2 "unknown option '--frobnicate'" "usage: scripts/launch.sh"
 run $L --dry-run --np two -- ./prog
-expect "--np two: exit 2" 2 "--np needs a positive integer"
+expect "--np two: exit 2" 2 "--np needs a whole number from 1 to 1048576, got 'two'"
+# counts judged as text before bash's arithmetic, which wraps at 2^63 without a word (issue 56)
+run $L --dry-run --np 4 --tp 18446744073709551616 -- ./train_gpt2cpu
+expect "--tp 2^64: exit 2, no mpirun line" 2 "--tp needs a whole number from 1 to 1048576, got '18446744073709551616'" "!launch: mpirun"
+run $L --dry-run --np -4 -- ./prog
+expect "--np -4: exit 2" 2 "--np needs a whole number from 1 to 1048576, got '-4'"
+run $L --dry-run --np 04 -- ./prog
+expect "--np 04 (not plain digits): exit 2" 2 "--np needs a whole number from 1 to 1048576, got '04'"
+run $L --dry-run --np 2000000 -- ./prog
+expect "--np 2000000: more ranks than 2^20, exit 2" 2 "--np needs a whole number from 1 to 1048576, got '2000000'"
+run $L --dry-run --np 4 --tp 2 -- ./train_gpt2cpu --pp 99999999999999999999
+expect "the program's --pp 10^20 with --tp: exit 1" 1 "the program's --pp '99999999999999999999' is not a count from 1 to 1048576"
+printf 'hostA slots=9223372036854775807\nhostB slots=2\n' >"$T/hf_huge"
+run $L --dry-run --hostfile "$T/hf_huge" -- ./prog
+expect "hostfile slots=2^63-1: exit 1" 1 "hostfile '$T/hf_huge': bad 'slots=9223372036854775807' for hostA (slots: 1 to 1048576)"
+printf 'hostA slots=1000000\nhostB slots=1000000\n' >"$T/hf_sum"
+run $L --dry-run --hostfile "$T/hf_sum" -- ./prog
+expect "hostfile slots adding up past 2^20: exit 1" 1 "the hosts' slots add up to 2000000 ranks, more than 1048576"
+run env SLURM_JOB_ID=1 SLURM_JOB_NODELIST="n[1-2]" SLURM_NTASKS_PER_NODE=-3 $L --dry-run -- ./prog
+expect "SLURM_NTASKS_PER_NODE=-3: exit 1" 1 "SLURM_NTASKS_PER_NODE='-3' is not a count from 1 to 1048576"
 run $L --dry-run --
 expect "no program: exit 2" 2 "no program"
 run env PATH="$T/nompi" "$BASH" $L -- ./prog

@@ -195,8 +195,41 @@ expect_all "truncated rank file" "the manifest says .*: truncated" 2 ./train_gpt
 expect_all "another model's state" "holds a model with --layers 4, the flags say 3" 2 ./train_gpt2cpu $D $MODEL $QUIET --layers 3 --resume "$S"
 expect_all "another run's state" "the state was saved by a run with" 2 ./train_gpt2cpu $D $MODEL $QUIET --batch 16 --resume "$S"
 expect_all "a state that does not split on the new mesh" "tensor parallelism 3 does not divide the 4 attention heads" 3 ./train_gpt2cpu $D $MODEL $QUIET --tp 3 --resume "$S"
-expect_all "--resume of a file" "no such directory" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$S/latest"
+expect_all "--resume of a file" "is a file, expected a directory" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$S/latest"
 expect_all "--resume of a missing directory" "no such directory" 2 ./train_gpt2cpu $D $MODEL $QUIET --resume "$T/nowhere"
+
+# ---- one job per state directory (llmc/train/state_lock.h): a second job is refused at once, naming
+# the first; the first, ended by SIGTERM, leaves no lock; a lock whose process is gone (this host)
+# is taken over, with a line saying so, and the run then saves and ends without a lock
+L="$T/lock-busy"
+rm -rf "$L"
+./train_gpt2cpu $D $MODEL $QUIET --steps 100000 --save-state "$L" >"$T/lock-first.out" 2>&1 &
+first=$!
+for _ in $(seq 100); do [ -e "$L/lock" ] && break; sleep 0.1; done
+./train_gpt2cpu $D $MODEL $QUIET --steps 2 --save-state "$L" >"$T/lock-second.out" 2>&1
+rc=$?
+kill -TERM $first 2>/dev/null
+wait $first 2>/dev/null
+if [ $rc != 0 ] && grep -q "^error: --save-state '$L' is in use by another job: host $(hostname), process $first " "$T/lock-second.out" &&
+   [ ! -e "$L/lock" ]; then
+    pass "a second job on one --save-state: refused at once naming host and process $first; the first, ended by SIGTERM, left no lock"
+else
+    fail "a second job on one --save-state (exit $rc; lock left: $([ -e "$L/lock" ] && echo yes || echo no))" "$(tail -1 "$T/lock-second.out")"
+fi
+L="$T/lock-stale"
+rm -rf "$L"
+mkdir -p "$L"
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+echo "$(hostname) $dead" >"$L/lock"
+if ./train_gpt2cpu $D $MODEL $QUIET --steps 2 --save-state "$L" >"$T/lock-stale.out" 2>&1 &&
+   grep -q "'$L/lock' was left by process $dead on this host, which is gone: taken over" "$T/lock-stale.out" &&
+   [ -f "$L/latest" ] && [ ! -e "$L/lock" ]; then
+    pass "a stale lock (process $dead, gone) taken over with a line; the run saved its state and released the lock"
+else
+    fail "a stale lock taken over" "$(grep -m2 'lock\|error' "$T/lock-stale.out")"
+fi
 
 # ---- the tests can fail: a resume that forgets part of the state must differ
 if [ "${STATE_PERTURB:-1}" = 1 ]; then

@@ -149,12 +149,42 @@ for entry in "2|tp 2 + SP|--tp 2 --sp" "4|dp 2 x tp 2 + SP, ZeRO-3|--tp 2 --sp -
     rm -f "$T/rl.log" "$T/rl.bin"
     # shellcheck disable=SC2086
     if $MPIRUN -np "$np" ./train_gpt2cpu $D $RL $flags --log "$T/rl.log" --save "$T/rl.bin" >"$T/rl.out" 2>&1; then
-        python3 test/compare_runs.py "$T/rl1.log" "$T/rl1.bin" "$T/rl.log" "$T/rl.bin" --loss-floor 1 \
+        python3 test/compare_runs.py "$T/rl1.log" "$T/rl1.bin" "$T/rl.log" "$T/rl.bin" --loss-floor 1 --adam-bound 1e-4,5 \
             --label "RLVR (top1, KL 0.1), $name matches 1 rank"
     else
         fail "RLVR, $name: the run failed" "$(grep -m2 error "$T/rl.out")"
     fi
 done
+
+# --- fine-tuning a trained model (issue 56): 5 SFT steps from the SFT-ed model above, tp 2 + SP
+# against one rank. The tensors agree within 1e-5 as from scratch; each weight is also judged
+# against AdamW's bound (test/compare_runs.py --adam-bound): a gradient at rounding level (the key
+# bias's always, a token the model is almost sure of too) can take its weight lr-sized steps of
+# either sign, whatever the rounding, so that is as close as two correct runs can be element-wise.
+FT="$D $SFT --load $T/sft.bin --steps 5 --lr 1e-4 --batch 16 --seq 32 $QUIET"
+# shellcheck disable=SC2086
+if ./train_gpt2cpu $FT --log "$T/ft1.log" --save "$T/ft1.bin" >"$T/ft1.out" 2>&1 &&
+   $MPIRUN -np 2 ./train_gpt2cpu $FT --tp 2 --sp --log "$T/ft2.log" --save "$T/ft2.bin" >"$T/ft2.out" 2>&1; then
+    python3 test/compare_runs.py "$T/ft1.log" "$T/ft1.bin" "$T/ft2.log" "$T/ft2.bin" --adam-bound 1e-4,5 \
+        --label "SFT fine-tuning a trained model, tp 2 + SP matches 1 rank"
+    # the bound is judged: one weight moved 1.5 x the bound past one rank's must fail it
+    python3 - "$T/ft2.bin" "$T/ft2_moved.bin" <<'PY'
+import math, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b1, b2 = 0.9, 0.95
+B = lambda t: math.sqrt(1 - b2**t) / (1 - b1**t) * (1 - b1) / math.sqrt(1 - b2) * math.sqrt(sum((b1 * b1 / b2)**j for j in range(t)))
+at = 1024 + 4 * 1000   # a weight of wte
+b[at:at + 4] = struct.pack("<f", struct.unpack("<f", b[at:at + 4])[0] + 1.5 * 2 * 1e-4 * sum(B(t) for t in range(1, 6)))
+open(sys.argv[2], "wb").write(bytes(b))
+PY
+    if python3 test/compare_runs.py "$T/ft1.log" "$T/ft1.bin" "$T/ft2.log" "$T/ft2_moved.bin" --adam-bound 1e-4,5 --tol 1 >"$T/ft_moved.out"; then
+        fail "AdamW's bound is not judged: a weight 1.5 x the bound away passes" "$(cat "$T/ft_moved.out")"
+    else
+        pass "AdamW's bound is judged: a weight moved 1.5 x the bound fails it ($(grep -o 'largest element difference [^,]*' "$T/ft_moved.out"))"
+    fi
+else
+    fail "SFT fine-tuning under tp: a run failed" "$(grep -m2 error "$T/ft1.out" "$T/ft2.out")"
+fi
 
 # --- the tp checkpoint on one rank: the same validation loss as the single-rank checkpoint
 val() { ./train_gpt2cpu $D $QUIET --load "$1" --steps 1 --lr 0 --batch 8 --seq 32 2>&1 | grep -m1 "val loss"; }

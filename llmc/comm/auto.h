@@ -69,6 +69,8 @@ static inline void comm_tuning_load(const Comm* c, const char* path) {
     CommTuning T;
     std::string err;
     if (!tuning_parse(text, &T, &err)) { comm_die(c, "comm_tuning_load", "%s: %s", path, err.c_str()); }
+    std::string missing = tuning_covers(T, c->size);
+    if (!missing.empty()) { comm_die(c, "comm_tuning_load", "the tuning file '%s' is of no use to auto here: %s", path, missing.c_str()); }
     T.source = path;
     g_auto_tuning = T;
     g_auto_generation++;   // the choices of the old table are void

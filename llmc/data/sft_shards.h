@@ -101,6 +101,8 @@ static inline void sft_read_file(const char* path, int vocab_size, int eot, std:
         if (m > 1) { die("'%s': mask value %u at position %zu, expected 0 or 1", mp, m, i); }
         if (m == 1 && t == (unsigned)eot) { die("'%s': mask 1 on the EOT token at position %zu (EOT starts an example, it is never an answer)", mp, i); }
     }
+    // the loss is on answer tokens only: a mask without one would train (or validate) on nothing, without a word
+    if (memchr(mask->data(), 1, n) == NULL) { die("'%s' marks no answer token (no mask 1 in %zu): SFT would learn nothing from '%s'", mp, n, path); }
 }
 
 static inline void sft_glob_or_die(const char* pattern, glob_t* g) {

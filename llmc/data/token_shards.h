@@ -13,6 +13,7 @@
 
 #define SHARD_MAGIC 20240520
 #define SHARD_HEADER_BYTES (256 * 4)
+#define DATALOADER_CHECK_ALL_TOKENS ((size_t)1 << 26)
 
 typedef struct {
     int B, T;              // this rank's micro-batch: B sequences of T tokens
@@ -80,13 +81,19 @@ static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, i
     if (glob(pattern, 0, NULL, &dl->files) != 0 || dl->files.gl_pathc == 0) {
         die("no token shards match '%s' (the default dataset: python3 dev/data/arithmetic.py)", pattern);
     }
+    size_t total = 0;
     for (size_t i = 0; i < dl->files.gl_pathc; i++) {   // check every header up front
         FILE* f;
-        shard_check(dl->files.gl_pathv[i], &f);
+        total += shard_check(dl->files.gl_pathv[i], &f);
         fclose(f);
     }
     dl->inputs = (int*)malloc((size_t)B * T * sizeof(int));
     dl->targets = (int*)malloc((size_t)B * T * sizeof(int));
+    // and every token when the data is small (up to 2^26 tokens, 128 MiB: a second's read): a bad
+    // token in the last shard is then found before step 1, not when the run reaches it hours later
+    if (total <= DATALOADER_CHECK_ALL_TOKENS) {
+        for (size_t i = dl->files.gl_pathc; i-- > 1;) { dataloader_load_shard(dl, (int)i); }
+    }
     dataloader_load_shard(dl, 0);
 }
 

@@ -40,6 +40,11 @@ static inline void tokenizer_load(Tokenizer* tok, const char* path) {
         tok->token_bytes[i][len] = '\0';
         tok->token_len[i] = len;
     }
+    long end = ftell(f), size = file_size_or_die(f, path);   // nothing after the last token: a file cut from another one,
+    if (size != end) {                                      // or one whose header's vocabulary is too small, is refused
+        die("'%s' has %ld bytes after its %d tokens (%ld bytes in all): the header's vocabulary does not cover the file", path,
+            size - end, tok->vocab_size, size);
+    }
     fclose(f);
 }
 

@@ -41,7 +41,8 @@ static inline int planner_main(const TrainArgs* a) {
     Machine mc = machine_from_args(a, devices);
     PlanResult res = planner_run(a, &cfg, devices, &mc);
     const Prediction* best = planner_report(a, &cfg, devices, &mc, res);
-    return best ? 0 : 1;
+    if (!best) { die("--plan all: no mesh of %d devices runs this model and batch (the lines above say why, and what would)", devices); }
+    return 0;
 }
 
 // --mesh auto (every rank alike, rank 0 prints): the best that fits on the ranks mpirun started,

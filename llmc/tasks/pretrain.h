@@ -64,7 +64,22 @@ static inline void pretrain_set_position(Task* t, const Position* pos, const cha
     PretrainTask* p = (PretrainTask*)t->self;
     p->bench_rng.state = position_get(pos, "data.bench_rng", where);
     if (!t->args->bench) {
-        dataloader_seek(&p->train, position_get(pos, "data.shard", where), position_get(pos, "data.pos", where), where);
+        size_t shard = position_get(pos, "data.shard", where), at = position_get(pos, "data.pos", where);
+        dataloader_seek(&p->train, shard, at, where);
+        // where the step's micro-batches from the start of these shards end (dataloader_next_batch's walk)
+        unsigned long long k = position_get(pos, "trainer.step", where) * (unsigned long long)t->args->grad_accum;
+        size_t want_shard = 0, want = 0, global = (size_t)p->train.nranks * p->train.B * p->train.T, n = p->train.files.gl_pathc;
+        std::vector<size_t> tokens(n);
+        for (size_t i = 0; i < n; i++) { FILE* f; tokens[i] = shard_check(p->train.files.gl_pathv[i], &f); fclose(f); }
+        for (unsigned long long i = 0; i < k; i++) {
+            if (want + global + 1 > tokens[want_shard]) { want_shard = (want_shard + 1) % n; want = 0; }
+            want += global;
+        }
+        if (shard != want_shard || at != want) {
+            die("'%s': the data position is shard %zu token %zu, but %llu micro-batches of %zu tokens from the start of "
+                "'%s' end at shard %zu token %zu: the file was edited, or the pattern matches other shards than the saved run's",
+                where, shard, at, k, global, t->args->train_data, want_shard, want);
+        }
     }
 }
 

@@ -77,6 +77,15 @@ static inline void sft_set_position(Task* t, const Position* pos, const char* wh
         die("'%s': the data position is row %llu, but '%s' packs into %ld rows now", where, row, t->args->sft_train, dl->num_rows);
     }
     dl->next_row = (long)row;
+    // where the step's micro-batches from row 0 end (sft_loader_next_batch's walk)
+    unsigned long long k = position_get(pos, "trainer.step", where) * (unsigned long long)t->args->grad_accum;
+    long want = 0;
+    for (unsigned long long i = 0; i < k; i++) { want = sft_batch_start(dl, want) + (long)dl->nranks * dl->B; }
+    if ((long)row != want) {
+        die("'%s': the data position is row %llu, but %llu micro-batches of %ld rows from row 0 of '%s' end at row %ld: the "
+            "file was edited, or the pattern matches other examples than the saved run's", where, row, k, (long)dl->nranks * dl->B,
+            t->args->sft_train, want);
+    }
 }
 
 static inline void sft_init(Task* t) {

@@ -8,8 +8,21 @@
 #include <string>
 #include <vector>
 #include "../common.h"
+#include "../paths.h"
 
-typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_SWITCH } ArgType;
+// ARG_STRING: a word (a name, a mode, a list); a flag that names a path takes one of the path
+// types instead, its role (llmc/paths.h): the checks of every path follow from it (paths_check)
+typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_SWITCH, ARG_IN_FILE, ARG_IN_GLOB, ARG_IN_DIR, ARG_OUT_FILE, ARG_STATE_DIR } ArgType;
+static inline PathRole arg_path_role(ArgType t) {
+    switch (t) {
+        case ARG_IN_FILE: return PATH_IN_FILE;
+        case ARG_IN_GLOB: return PATH_IN_GLOB;
+        case ARG_IN_DIR: return PATH_IN_DIR;
+        case ARG_OUT_FILE: return PATH_OUT_FILE;
+        case ARG_STATE_DIR: return PATH_STATE_DIR;
+        default: return PATH_NONE;
+    }
+}
 
 typedef struct {
     const char* name;    // without the leading "--"
@@ -25,17 +38,17 @@ static inline void args_usage(const char* prog, const ArgSpec* specs, int n, con
         switch (specs[i].type) {
             case ARG_INT: snprintf(def, sizeof(def), "%d", *(int*)specs[i].dest); break;
             case ARG_FLOAT: snprintf(def, sizeof(def), "%g", *(float*)specs[i].dest); break;
-            case ARG_STRING: {
+            default: {   // a word or a path
                 const char* s = *(const char**)specs[i].dest;
                 snprintf(def, sizeof(def), "%s", s ? s : "none");
                 break;
             }
             case ARG_SWITCH: snprintf(def, sizeof(def), "off"); break;
         }
-        const char* kind = specs[i].type == ARG_INT ? " N" : specs[i].type == ARG_FLOAT ? " X" :
-                           specs[i].type == ARG_STRING ? " S" : "";
+        std::string kind = specs[i].type == ARG_INT ? " N" : specs[i].type == ARG_FLOAT ? " X" : specs[i].type == ARG_SWITCH ? "" :
+                           std::string(" ") + path_role_word(arg_path_role(specs[i].type));
         char flag[48];
-        snprintf(flag, sizeof(flag), "--%s%s", specs[i].name, kind);
+        snprintf(flag, sizeof(flag), "--%s%s", specs[i].name, kind.c_str());
         printf("  %-22s %s [%s]\n", flag, specs[i].help, def);
     }
 }
@@ -48,7 +61,18 @@ static inline int args_given(const char* name) {
     return 0;
 }
 
+// The path flags of the table args_parse read last, each with its role and where its value is
+// (the trainer's paths_check walks them: llmc/train/outputs.h)
+typedef struct { std::string flag; PathRole role; const char** dest; } ArgPath;
+static inline std::vector<ArgPath>* args_paths() { static std::vector<ArgPath> paths; return &paths; }
+
 static inline void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* intro) {
+    args_paths()->clear();
+    for (int k = 0; k < n; k++) {
+        if (arg_path_role(specs[k].type) != PATH_NONE) {
+            args_paths()->push_back({std::string("--") + specs[k].name, arg_path_role(specs[k].type), (const char**)specs[k].dest});
+        }
+    }
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {

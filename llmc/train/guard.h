@@ -3,7 +3,8 @@
 //   guard_init           after plan_init: SIGXFSZ ignored (a write past the file-size limit then
 //                        fails with EFBIG and is reported, instead of killing the process
 //                        silently), SIGTERM/SIGINT/SIGHUP/SIGPIPE remove the temporary files first,
-//                        and with --comm-timeout the watchdog started
+//                        --save-state's lock taken (llmc/train/state_lock.h; guard_free releases
+//                        it), and with --comm-timeout the watchdog started
 //   (the output paths, checked before any work, are llmc/train/outputs.h's)
 //   guard_dloss          at each step's start: the progress mark, and --on-nan skip handed to
 //                        the model
@@ -55,6 +56,7 @@
 #include "watchdog.h"
 #include "fault_injection.h"
 #include "straggler.h"
+#include "state_lock.h"
 
 // the model's hook events (llmc/model/hooks.h) the watchdog counts inside a step, and the last one's kind
 enum { AT_MICRO = 1, AT_FORWARD, AT_BLOCK_FORWARD, AT_BACKWARD, AT_BLOCK_BACKWARD, AT_BACKWARD_END };
@@ -316,7 +318,10 @@ static inline void guard_stop(Guard* g) {
     g->stop.store(1);
     g->thread.join();
 }
-static inline void guard_free(Guard* g) { guard_stop(g); }
+static inline void guard_free(Guard* g) {
+    guard_stop(g);
+    if (g->args->save_state && g->rank == 0) { state_lock_release(g->args->save_state); }   // the run succeeded
+}
 
 // ---------------------------------------------------------------------------------------
 // Set-up
@@ -328,6 +333,7 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     // the closed pipe of its stdout first (SIGPIPE); no .tmp is left either way
     int ends[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
     for (int sig : ends) { signal(sig, tmp_file_signal_handler); }
+    if (args->save_state && plan->rank == 0) { state_lock_take(args->save_state); }   // one job per state directory
     g->args = args;
     g->plan = plan;
     g->rank = plan->rank;

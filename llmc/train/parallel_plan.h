@@ -219,7 +219,11 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
         plan->step = pp_step(&plan->pp);
     }
     if (plan->ncp > 1) { plan->step = cp_step(&plan->cp, plan->step); }   // each rank's part of every sequence
-    if (a->comm_tuning) { comm_tuning_load(&plan->mesh.dp_cp, a->comm_tuning); }   // --comm-algo auto's table
+    if (a->comm_tuning && plan->mesh.dp_cp.size < 2) {   // no collective of auto's: the file would never be read
+        die("--comm-tuning '%s': this job's data-parallel group is one rank (dp x cp = 1), so --comm-algo auto never runs: "
+            "drop --comm-tuning, or run more ranks", a->comm_tuning);
+    }
+    if (a->comm_tuning) { comm_tuning_load(&plan->mesh.dp_cp, a->comm_tuning); }   // --comm-algo auto's table (rows for dp x cp ranks)
     dp_init(&plan->dp, model, &plan->mesh.dp_cp, &cfg);   // gradients averaged over dp x cp
     memcpy(plan->mem_start, plan->dp.mem_live, sizeof(plan->mem_start));
     if (plan->nep > 1) { ep_init(&plan->ep, model, &plan->mesh.dp_cp, &plan->dp, use_ring); }   // the experts' own group

@@ -49,6 +49,16 @@ static inline void train_state_model(GPT2* model, const TrainArgs* a, PlaceFn pl
     if (model->num_parameters_full != mf.num_parameters) {
         die("'%s': the manifest says %zu parameters, its model has %zu", mf.step_dir.c_str(), mf.num_parameters, model->num_parameters_full);
     }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {   // each tensor where the config's model puts it
+        std::string want = state_tensor_line(model, i);
+        if (i >= (int)mf.tensors.size() || mf.tensors[i] != want) {
+            die("'%s/manifest': tensor line %d is '%.80s', the model of its config has '%s'", mf.step_dir.c_str(), i + 1,
+                i < (int)mf.tensors.size() ? mf.tensors[i].c_str() : "(none)", want.c_str());
+        }
+    }
+    if ((int)mf.tensors.size() != NUM_PARAMETER_TENSORS) {
+        die("'%s/manifest' has %zu tensor lines, the model %d", mf.step_dir.c_str(), mf.tensors.size(), NUM_PARAMETER_TENSORS);
+    }
     // an fp32 run continues from the master weights of a bf16 state; a bf16 run from the
     // rounded parameters the saved run used (its master weights come in train_state_init)
     std::vector<float> full = state_full(&mf, BACKEND_MASTER_WEIGHTS ? KIND_PARAMS : KIND_MASTER);
@@ -67,8 +77,19 @@ static inline void train_state_init(TrainState* ts, Plan* plan, Task* task, cons
     ts->first_step = 0;
     ts->resumed = a->resume != NULL;
     ts->log.clear();
-    if (!a->resume) { return; }
+    if (!a->resume) {   // a new run: its identity, drawn on rank 0, for every rank's files
+        unsigned long long id = 0;
+        if (plan->rank == 0) {
+            FILE* r = fopen("/dev/urandom", "rb");
+            if (!r || fread(&id, sizeof(id), 1, r) != 1) { id = (unsigned long long)(wall_seconds() * 1e9) ^ ((unsigned long long)getpid() << 32); }
+            if (r) { fclose(r); }
+        }
+        MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG_LONG, 0, plan->world.mpi);
+        ts->identity = id;
+        return;
+    }
     Manifest mf = manifest_read(a->resume);
+    ts->identity = mf.identity;   // kept: the resumed run's states are the same run's
     const char* mpath = mf.step_dir.c_str();
     std::string run = state_run_text(a), saved = mf.kv.count("run") ? mf.kv["run"] : "";
     if (run != saved) {

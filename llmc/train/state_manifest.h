@@ -27,6 +27,8 @@
 typedef struct {
     std::string dir, step_dir;        // the state directory, and the step directory latest names
     int step, adamw_t, world, has_master;
+    uint64_t identity;                // the run's (llmc/train/train_state.h)
+    std::vector<std::string> tensors; // the "tensor ..." lines, in order
     GPT2Config config;
     size_t num_parameters;
     Position kv;                      // every line, by key
@@ -93,6 +95,23 @@ static inline void state_check_log(const std::string& log, int step, const std::
     if (at != log.size()) { die("'%s' does not agree with the manifest's step %d: it has more than %d lines", path.c_str(), step, step); }
 }
 
+// AdamW's t follows from the log: one update per step but those whose gradient norm was not
+// finite (--on-nan skip, a loss-scale overflow: no AdamW, t unchanged)
+static inline void state_check_adamw_t(const Manifest* mf) {
+    int skipped = 0;
+    for (size_t at = 0; at < mf->log.size();) {
+        size_t nl = mf->log.find('\n', at);
+        double loss = 0, norm = 0;
+        char nb[32] = "";
+        if (sscanf(mf->log.c_str() + at, "%*d %lf %31s", &loss, nb) == 2) { norm = strtod(nb, NULL); skipped += !isfinite(norm); }
+        at = nl == std::string::npos ? mf->log.size() : nl + 1;
+    }
+    if (mf->adamw_t != mf->step - skipped) {
+        die("'%s/manifest': AdamW t %d, but %d steps with %d skipped (a norm not finite in the log) make t %d: the manifest "
+            "was edited", mf->step_dir.c_str(), mf->adamw_t, mf->step, skipped, mf->step - skipped);
+    }
+}
+
 static inline std::string state_mesh_text(const Plan* plan) {
     const TrainArgs* a = plan->args;
     char buf[256];
@@ -113,16 +132,29 @@ static inline std::string state_run_text(const TrainArgs* a) {
 
 // The manifest's text, read back by manifest_read: `files` holds each rank file's size and
 // CRC-32 (rank order), `small` the position, log and metrics texts.
-static inline std::string manifest_text(const Plan* plan, const TrainArgs* a, int step, int has_master,
+// Tensor i's line: its place in the full model and how the mesh splits it (checked on resume
+// against the model the config builds)
+static inline std::string state_tensor_line(const GPT2* m, int i) {
+    const ParamInfo* p = &m->full_info[i];
+    std::string shape;
+    for (int d = 0; d < p->ndim; d++) { shape += (d ? "x" : "") + std::to_string(p->full[d]); }
+    static const char* sets[] = {"all", "dense", "moe"};
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s offset %zu numel %zu shape %s tp-split %s layers %s%s", p->name, p->offset, p->numel,
+             p->numel ? shape.c_str() : "-", shard_name(p->shard), p->layered ? sets[p->layers] : "-", p->experts ? " ep-split experts" : "");
+    return buf;
+}
+
+static inline std::string manifest_text(const Plan* plan, const TrainArgs* a, int step, int has_master, uint64_t identity,
                                         const std::vector<unsigned long long>& files, const std::string* const small[3]) {
     const GPT2* m = plan->model;
     int nranks = plan->world_size;
     const GPT2Config* c = &m->config;
     char buf[512];
     snprintf(buf, sizeof(buf),
-             "llmc training state 2\nstep %d\nadamw_t %d\nworld %d\nhas_master %d\nparameters %zu\n"
+             "llmc training state 2\nstep %d\nadamw_t %d\nworld %d\nhas_master %d\nparameters %zu\nidentity %016llx\n"
              "config L %d NH %d C %d maxT %d V %d Vp %d E %d k %d N %d cf %x aux %x\n",
-             step, m->step, nranks, has_master, m->num_parameters_full, c->num_layers, c->num_heads, c->channels,
+             step, m->step, nranks, has_master, m->num_parameters_full, (unsigned long long)identity, c->num_layers, c->num_heads, c->channels,
              c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_experts, c->moe_topk, c->moe_every,
              (unsigned)float_bits(c->moe_capacity), (unsigned)float_bits(c->moe_aux));
     std::string mtext = buf;
@@ -130,16 +162,7 @@ static inline std::string manifest_text(const Plan* plan, const TrainArgs* a, in
              std::to_string(a->steps) + "\n";
     // each tensor's place in the full model and how the mesh splits it (for the reader: the rank files
     // address the full model, so loading needs none of this)
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParamInfo* p = &m->full_info[i];
-        std::string shape;
-        for (int d = 0; d < p->ndim; d++) { shape += (d ? "x" : "") + std::to_string(p->full[d]); }
-        static const char* sets[] = {"all", "dense", "moe"};
-        snprintf(buf, sizeof(buf), "tensor %s offset %zu numel %zu shape %s tp-split %s layers %s%s\n", p->name, p->offset,
-                 p->numel, p->numel ? shape.c_str() : "-", shard_name(p->shard), p->layered ? sets[p->layers] : "-",
-                 p->experts ? " ep-split experts" : "");
-        mtext += buf;
-    }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { mtext += "tensor " + state_tensor_line(m, i) + "\n"; }
     for (int r = 0; r < nranks; r++) {
         snprintf(buf, sizeof(buf), "file rank-%05d.bin %llu %llx\n", r, files[2 * r], files[2 * r + 1]);
         mtext += buf;
@@ -191,6 +214,16 @@ static inline Manifest manifest_read(const char* dir) {
     mf.adamw_t = position_get_int(&mf.kv, "adamw_t", p);
     mf.world = position_get_int(&mf.kv, "world", p);
     mf.has_master = position_get_int(&mf.kv, "has_master", p);
+    auto id = mf.kv.find("identity");
+    if (id == mf.kv.end() || id->second.size() != 16 || strspn(id->second.c_str(), "0123456789abcdef") != 16) {
+        die("'%s' has no valid 'identity' line (16 hex digits: the run it belongs to)", p);
+    }
+    mf.identity = strtoull(id->second.c_str(), NULL, 16);
+    for (size_t at = 0; at < text.size();) {   // the tensor lines, in order (parse_lines keeps one per key)
+        size_t nl = text.find('\n', at);
+        if (text.compare(at, 7, "tensor ") == 0) { mf.tensors.push_back(text.substr(at + 7, nl - at - 7)); }
+        at = nl + 1;
+    }
     mf.num_parameters = (size_t)position_get(&mf.kv, "parameters", p);
     GPT2Config c;
     memset(&c, 0, sizeof(c));
@@ -227,8 +260,14 @@ static inline Manifest manifest_read(const char* dir) {
     mf.pos = parse_lines(state_text_read(&mf, "position"), NULL);
     int pstep = position_get_int(&mf.pos, "trainer.step", ppath.c_str());
     if (pstep != mf.step) { die("'%s' is for step %d, the manifest for step %d", ppath.c_str(), pstep, mf.step); }
+    unsigned long long pid = position_get(&mf.pos, "trainer.identity", ppath.c_str());
+    if (pid != mf.identity) {
+        die("'%s' belongs to run %016llx, the manifest to run %016llx: files of two runs mixed", ppath.c_str(), pid,
+            (unsigned long long)mf.identity);
+    }
     mf.log = state_text_read(&mf, "log");
     state_check_log(mf.log, mf.step, mf.step_dir + "/log");
+    state_check_adamw_t(&mf);
     mf.metrics = state_text_read(&mf, "metrics");
     return mf;
 }

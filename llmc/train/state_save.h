@@ -31,6 +31,7 @@
 typedef struct {
     std::string dir, name, final_dir, tmp_dir;
     int step, previous;
+    uint64_t identity;   // the run's (TrainState.identity)
 } StateSave;
 
 // What a failed save leaves in DIR: the previous state (the step latest names), or none
@@ -91,7 +92,7 @@ static inline int state_rank_file_write(const StateSave* s, Plan* plan, StateWri
     uint64_t nvalues = 0;
     for (const StateRun& r : runs) { nvalues += r.n; }
     int64_t header[8] = {TRAIN_STATE_MAGIC, TRAIN_STATE_FORMAT, plan->rank, plan->world_size, has_master, (int64_t)runs.size(),
-                         (int64_t)nvalues, 0};
+                         (int64_t)nvalues, (int64_t)s->identity};
     char fname[32];
     snprintf(fname, sizeof(fname), "rank-%05d.bin", plan->rank);
     sw_open(w, s->tmp_dir + "/" + fname);
@@ -136,6 +137,7 @@ static inline std::vector<unsigned long long> state_save_agree(const StateSave* 
 static inline std::string state_position_text(const TrainState* ts, int step, const Rng* sample_rng) {
     Position pos;
     position_put(&pos, "trainer.step", (unsigned long long)step);   // (checked against the manifest's on resume)
+    position_put(&pos, "trainer.identity", (unsigned long long)ts->identity);   // (and this)
     position_put(&pos, "trainer.sample_rng", sample_rng->state);
     position_put(&pos, "trainer.heldout_bits", (uint32_t)float_bits(ts->task->heldout));   // not yet reported (NaN: none)
     if (ts->scaler->on) {
@@ -212,6 +214,7 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
     s.final_dir = s.dir + "/" + name;
     s.tmp_dir = s.final_dir + ".tmp";
     s.step = step;
+    s.identity = ts->identity;
     state_save_begin(&s, plan);
     StateWriter w;
     int has_master = state_rank_file_write(&s, plan, &w);
@@ -223,7 +226,7 @@ static inline void train_state_save(TrainState* ts, int step, const Rng* sample_
             metrics = read_text_or_die(ts->task->metrics_tmp);
         }
         const std::string* small[3] = {&position, &ts->log, &metrics};
-        std::string manifest = manifest_text(plan, ts->args, step, has_master, files, small);
+        std::string manifest = manifest_text(plan, ts->args, step, has_master, ts->identity, files, small);
         const std::string* texts[4] = {&position, &ts->log, &metrics, &manifest};
         state_publish(&s, texts);
         state_save_print(&s, plan, has_master, files, wall_seconds() - t0);

@@ -140,6 +140,10 @@ static inline StateFile state_file_read(const Manifest* mf, int r) {
         die("'%s': header (magic %lld, format %lld, rank %lld of %lld) is not rank %d of this state's %d", path.c_str(),
             (long long)h[0], (long long)h[1], (long long)h[2], (long long)h[3], r, mf->world);
     }
+    if ((uint64_t)h[7] != mf->identity) {
+        die("'%s' belongs to run %016llx, the manifest to run %016llx: files of two runs mixed", path.c_str(),
+            (unsigned long long)(uint64_t)h[7], (unsigned long long)mf->identity);
+    }
     StateFile sf;
     sf.has_master = (int)h[4];
     sf.nvalues = (uint64_t)h[6];
@@ -158,6 +162,18 @@ static inline StateFile state_file_read(const Manifest* mf, int r) {
         total += run.n;
     }
     if (total != sf.nvalues) { die("'%s': its runs hold %llu values, its header says %llu", path.c_str(), (unsigned long long)total, (unsigned long long)sf.nvalues); }
+    // as --load refuses a checkpoint with a NaN: every value finite, and AdamW's v (a mean of squares) >= 0
+    static const char* kinds_named[2][4] = {{"parameters", "m", "v", ""}, {"parameters", "master weights", "m", "v"}};
+    for (uint64_t k = 0; k < kinds; k++) {
+        const float* v = sf.values.data() + k * sf.nvalues;
+        int is_v = k == kinds - 1;
+        for (uint64_t i = 0; i < sf.nvalues; i++) {
+            if (!isfinite(v[i]) || (is_v && v[i] < 0.0f)) {
+                die("'%s': its %s value %llu is %g: a state holds finite values%s", path.c_str(), kinds_named[sf.has_master][k],
+                    (unsigned long long)i, v[i], is_v ? " and v >= 0" : "");
+            }
+        }
+    }
     return sf;
 }
 
@@ -174,6 +190,10 @@ static inline std::vector<float> state_full(const Manifest* mf, int kind) {
         const float* v = sf.values.data() + (size_t)block * sf.nvalues;
         for (const StateRun& run : sf.runs) {
             memcpy(full.data() + run.full, v, run.n * sizeof(float));
+            if (memchr(seen.data() + run.full, 1, run.n)) {   // a replica is written once
+                die("'%s': rank file %d holds parameters [%llu, +%llu) that another rank file holds too", mf->step_dir.c_str(), r,
+                    (unsigned long long)run.full, (unsigned long long)run.n);
+            }
             memset(seen.data() + run.full, 1, run.n);
             v += run.n;
         }

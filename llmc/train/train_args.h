@@ -64,7 +64,7 @@ typedef struct {
     int save_state_every;       // steps between saves (0: only at the end)
     const char* resume;         // continue the run saved in this directory
     int exit_after;             // stop after this step, as a pre-empted job would (0: never)
-    float comm_timeout;         // seconds without progress before a rank gives up (0: wait forever)
+    float comm_timeout;         // seconds without progress before a rank gives up (default 600; 0: wait forever)
     const char* on_nan;         // stop or skip
     const char* fault;          // fault injection for the tests: nan:STEP, hang:RANK:STEP, stall:RANK:STEP, kill:RANK:STEP (llmc/train/fault_injection.h)
     // precision and memory (doc/precision.md, doc/memory.md)
@@ -123,23 +123,27 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
     a->prompts = "data/arithmetic/sft_train_*.bin";
     a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
     a->on_nan = "stop";
+    // A hung rank ends the job by default, naming the rank, instead of holding every device until the
+    // scheduler's limit: 10 minutes, PyTorch's default for its NCCL collectives, far above the longest
+    // time between two progress marks of our jobs (a block's pass, an evaluation, a save: seconds)
+    a->comm_timeout = 600.0f;
     a->loss_scale = "off"; a->loss_scale_init = 65536.0f; a->loss_scale_window = 200;
     a->fp8 = "off"; a->fp8_history = 16; a->recompute = "none";
     a->comm_order = "fifo"; a->staleness_bound = -1; a->compress = "none"; a->error_feedback = "on";
     a->device_mem = -1.0f; a->peak_tflops = -1.0f; a->efficiency = -1.0f; a->plan_top = 12;
     ArgSpec specs[] = {
         {"model", ARG_STRING, &a->model, "model size: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
-        {"load", ARG_STRING, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
-        {"save", ARG_STRING, &a->save, "write the model here at the end (and every --save-every steps)"},
+        {"load", ARG_IN_FILE, &a->load, "start from this checkpoint (llm.c format) instead of --model"},
+        {"save", ARG_OUT_FILE, &a->save, "write the model here at the end (and every --save-every steps)"},
         {"save-every", ARG_INT, &a->save_every, "checkpoint interval in steps, 0 = only at the end"},
         {"layers", ARG_INT, &a->layers, "override the preset's number of layers"},
         {"heads", ARG_INT, &a->heads, "override the preset's number of heads"},
         {"channels", ARG_INT, &a->channels, "override the preset's channels"},
         {"max-seq", ARG_INT, &a->max_seq, "override the preset's maximum sequence length"},
         {"vocab", ARG_INT, &a->vocab, "override the preset's vocabulary size"},
-        {"train-data", ARG_STRING, &a->train_data, "training token shards (glob)"},
-        {"val-data", ARG_STRING, &a->val_data, "validation token shards (glob)"},
-        {"tokenizer", ARG_STRING, &a->tokenizer, "tokenizer file, to decode samples"},
+        {"train-data", ARG_IN_GLOB, &a->train_data, "training token shards (glob)"},
+        {"val-data", ARG_IN_GLOB, &a->val_data, "validation token shards (glob)"},
+        {"tokenizer", ARG_IN_FILE, &a->tokenizer, "tokenizer file, to decode samples"},
         {"batch", ARG_INT, &a->batch, "global batch: sequences per optimizer step, over all ranks and micro-steps"},
         {"seq", ARG_INT, &a->seq, "sequence length T"},
         {"grad-accum", ARG_INT, &a->grad_accum, "micro-steps per optimizer step"},
@@ -162,7 +166,7 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"temperature", ARG_FLOAT, &a->temperature, "sampling temperature, 0 = greedy"},
         {"threads", ARG_INT, &a->threads, "CPU threads (OpenMP), 0 = OMP_NUM_THREADS or all cores"},
         {"bench", ARG_SWITCH, &a->bench, "benchmark: random tokens, no data files, timing summary"},
-        {"log", ARG_STRING, &a->log, "write 'step loss norm lr' per step at full precision to this file"},
+        {"log", ARG_OUT_FILE, &a->log, "write 'step loss norm lr' per step at full precision to this file"},
         {"dp", ARG_INT, &a->dp, "data-parallel ranks, 0 = all the ranks mpirun started"},
         {"tp", ARG_INT, &a->tp, "tensor-parallel ranks (Megatron): the matrices, heads and vocabulary split tp ways"},
         {"sp", ARG_SWITCH, &a->sp, "sequence parallelism with --tp: layernorms and residuals on T/tp tokens per rank"},
@@ -186,25 +190,25 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"ps-servers", ARG_INT, &a->ps_servers, "parameter-server mode: ranks 0..S-1 are servers"},
         {"offload", ARG_SWITCH, &a->offload, "ZeRO-Offload: optimizer state and update in host memory (--zero 1 or 2)"},
         {"comm-algo", ARG_STRING, &a->comm_algo, "data-parallel collectives: ring (ours, bytes counted), native (MPI/NCCL) or auto (ours, per size)"},
-        {"comm-tuning", ARG_STRING, &a->comm_tuning, "--comm-algo auto: the tuning file collbench --autotune wrote (default: the formulas)"},
-        {"trace", ARG_STRING, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
+        {"comm-tuning", ARG_IN_FILE, &a->comm_tuning, "--comm-algo auto: the tuning file collbench --autotune wrote (default: the formulas)"},
+        {"trace", ARG_OUT_FILE, &a->trace, "write Chrome trace events (Perfetto) of compute and communication here"},
         {"profile", ARG_SWITCH, &a->profile, "after the run, a table per operation: time, FLOPs, bytes, against this machine's roofline"},
         {"task", ARG_STRING, &a->task, "pretrain (next token), sft (loss on answers only) or rlvr (RL with verifiable rewards)"},
-        {"sft-train", ARG_STRING, &a->sft_train, "sft: training examples (token shards + .mask files, glob)"},
-        {"sft-val", ARG_STRING, &a->sft_val, "sft: validation examples for the answer-token loss (glob)"},
+        {"sft-train", ARG_IN_GLOB, &a->sft_train, "sft: training examples (token shards + .mask files, glob)"},
+        {"sft-val", ARG_IN_GLOB, &a->sft_val, "sft: validation examples for the answer-token loss (glob)"},
         {"shuffle", ARG_SWITCH, &a->shuffle, "sft: read the packed training rows in an order drawn from --seed, not file order"},
-        {"prompts", ARG_STRING, &a->prompts, "rlvr: (prompt, answer) examples, SFT format (glob)"},
+        {"prompts", ARG_IN_GLOB, &a->prompts, "rlvr: (prompt, answer) examples, SFT format (glob)"},
         {"group", ARG_INT, &a->group, "rlvr: samples per prompt G (--batch = prompts x G per step)"},
         {"max-new", ARG_INT, &a->max_new, "rlvr: most tokens generated per completion"},
         {"rl-mode", ARG_STRING, &a->rl_mode, "rlvr advantages: grpo (group-normalised), baseline (running mean), top1 (greedy, A = r)"},
         {"reward", ARG_STRING, &a->reward, "rlvr reward: exact, format, or a sum such as exact+format"},
         {"kl", ARG_FLOAT, &a->kl, "rlvr: KL penalty coefficient against a frozen copy of the starting model, 0 = off"},
-        {"metrics", ARG_STRING, &a->metrics, "rlvr: write per-step CSV (reward, accuracy, length, KL, held-out accuracy) here"},
-        {"save-state", ARG_STRING, &a->save_state, "write the training state (every rank's shard + manifest) into this directory"},
+        {"metrics", ARG_OUT_FILE, &a->metrics, "rlvr: write per-step CSV (reward, accuracy, length, KL, held-out accuracy) here"},
+        {"save-state", ARG_STATE_DIR, &a->save_state, "write the training state (every rank's shard + manifest) into this directory"},
         {"save-state-every", ARG_INT, &a->save_state_every, "training-state interval in steps, 0 = only at the end"},
-        {"resume", ARG_STRING, &a->resume, "continue the run saved in this state directory (any mesh: resharded)"},
+        {"resume", ARG_IN_DIR, &a->resume, "continue the run saved in this state directory (any mesh: resharded)"},
         {"exit-after", ARG_INT, &a->exit_after, "stop after this step as a pre-empted job would (saving the state first), 0 = never"},
-        {"comm-timeout", ARG_FLOAT, &a->comm_timeout, "seconds a rank waits for another before it ends the job, 0 = forever"},
+        {"comm-timeout", ARG_FLOAT, &a->comm_timeout, "seconds without progress before a rank ends the job naming the rank that hangs (PyTorch's NCCL default), 0 = forever"},
         {"on-nan", ARG_STRING, &a->on_nan, "a non-finite loss or gradient norm: stop (name the step and tensor) or skip the update"},
         {"precision", ARG_STRING, &a->precision, "number format of parameters, activations and gradients: fp32, bf16 or fp16 (CPU: all three, simulated; CUDA: the build's)"},
         {"loss-scale", ARG_STRING, &a->loss_scale, "loss scaling: off, dynamic (halve on overflow, double after --loss-scale-window clean steps) or a fixed scale"},
@@ -219,7 +223,7 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"comm-order", ARG_STRING, &a->comm_order, "with --comm-chunk-kb: fifo (as they become ready) or priority (the first layers first, P3)"},
         {"ps-async", ARG_SWITCH, &a->ps_async, "asynchronous parameter server (--dp-mode ps): no barrier, the server applies every push as it comes"},
         {"staleness", ARG_STRING, &a->staleness, "stale synchronous parameter server (--dp-mode ps): a worker runs at most S steps ahead of the slowest (0 = synchronous)"},
-        {"ps-log", ARG_STRING, &a->ps_log, "with --ps-async or --staleness: write 'update seconds steps loss norm workers clocks staleness' per applied update to this file"},
+        {"ps-log", ARG_OUT_FILE, &a->ps_log, "with --ps-async or --staleness: write 'update seconds steps loss norm workers clocks staleness' per applied update to this file"},
         {"straggler", ARG_STRING, &a->straggler, "slow a worker down: RANK:MS (MS ms more every step), random:MS (every step one random rank, seeded), or hold:RANK (the asynchronous server serves RANK last: the same schedule every run)"},
         {"compress", ARG_STRING, &a->compress, "gradient compression (--dp-mode naive, ddp or ps): none, topk:R, randk:R (R in (0,1]), qsgd:B (B in 1..16 bits) or sign"},
         {"error-feedback", ARG_STRING, &a->error_feedback, "with --compress: on (keep what was not sent for the next step) or off"},
@@ -232,9 +236,9 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"device-mem", ARG_FLOAT, &a->device_mem, "planner: memory per device in GiB (default: the machine's)"},
         {"peak-tflops", ARG_FLOAT, &a->peak_tflops, "planner: peak TFLOP/s per device (default: the machine's)"},
         {"efficiency", ARG_FLOAT, &a->efficiency, "planner: the share of the peak the kernels reach (default: the machine's; calibrate from one run)"},
-        {"links", ARG_STRING, &a->links, "planner: file of 'intra|inter ALPHA_US GB_PER_S' lines (measured with collbench) for the links"},
+        {"links", ARG_IN_FILE, &a->links, "planner: file of 'intra|inter ALPHA_US GB_PER_S' lines (measured with collbench) for the links"},
         {"plan-top", ARG_INT, &a->plan_top, "--plan all: rows of the ranked table"},
-        {"plan-check", ARG_STRING, &a->plan_check, "write every rank's measured memory per category and bytes per communicator (of the second step) to this file"},
+        {"plan-check", ARG_OUT_FILE, &a->plan_check, "write every rank's measured memory per category and bytes per communicator (of the second step) to this file"},
         {"fault", ARG_STRING, &a->fault, "tests only: inject a fault in step STEP: nan:STEP (NaN loss scale), hang:RANK:STEP (before it), stall:RANK:STEP (inside it), kill:RANK:STEP"},
     };
     args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),

@@ -154,6 +154,16 @@ static inline void train_args_check(TrainArgs* a) {
             die("--%s %s is more than %s, the most this trainer serves (%s)", m.name, num(m.value).c_str(), num(m.most).c_str(), m.why);
         }
     }
+    // --threads 0 takes OMP_NUM_THREADS (its first number: "8,2" is nested parallelism), bounded the same
+    const char* omp = a->threads == 0 ? getenv("OMP_NUM_THREADS") : NULL;
+    if (omp) {
+        int n = 0;
+        const char* end = omp;
+        double most_threads = (double)std::max(256L, cores);
+        if (!parse_count(omp, &n, &end) || (*end != 0 && *end != ',') || n < 1 || n > most_threads || (omp[0] == '0' && omp[1] != 0 && omp[1] != ',')) {
+            die("OMP_NUM_THREADS='%.40s' (which --threads 0 takes) must be a whole number of threads from 1 to %.0f, as --threads", omp, most_threads);
+        }
+    }
     if ((double)a->batch * a->seq > (double)(1 << 27)) {
         die("--batch %d x --seq %d = %.0f tokens per step is more than 2^27 = 134217728 (eight times Llama 3 405B's 16M)",
             a->batch, a->seq, (double)a->batch * a->seq);
@@ -293,6 +303,9 @@ static inline void train_args_check(TrainArgs* a) {
     train_args_check_ps(a);   // the parameter server's optimisations (above)
     if (a->plan && strcmp(a->plan, "all") != 0 && strcmp(a->plan, "this") != 0) { die("--plan must be all or this, got '%s'", a->plan); }
     if (a->mesh && strcmp(a->mesh, "auto") != 0) { die("--mesh must be auto (or left out: the mesh of --dp/--tp/--pp/--cp), got '%s'", a->mesh); }
+    if (a->mesh && a->plan) {
+        die("--mesh auto picks the mesh of a training run, and --plan %s trains nothing: drop --mesh (--plan all ranks every mesh)", a->plan);
+    }
     if (a->mesh && (a->dp || a->tp > 1 || a->pp > 1 || a->cp > 1 || a->ep > 1 || a->sp || a->zero)) {
         die("--mesh auto chooses --dp, --tp, --pp, --cp, --ep, --sp and --zero itself: drop them");
     }
@@ -363,6 +376,12 @@ static inline void train_args_check_unused(const TrainArgs* a) {
     };
     for (auto& r : rules) {
         if (args_given(r.flag) && !r.used) { die("--%s does nothing without %s: add that, or drop --%s", r.flag, r.needs, r.flag); }
+    }
+    // --profile records every step but the first (llmc/profile.h): a run of fewer has nothing to show
+    int last = a->exit_after > 0 && a->exit_after < a->steps ? a->exit_after : a->steps;
+    if (a->profile && a->plan) { die("--profile times training steps, and --plan %s trains none: drop --profile", a->plan); }
+    if (a->profile && last < 2 && !a->resume) {
+        die("--profile records every step but the first (it warms the caches), and this run does %d: give --steps 2 or more", last);
     }
 }
 

@@ -19,7 +19,7 @@
 // What a rank writes is what its optimizer updates (its OptSegments: llmc/parallel/dp_core.h),
 // each element addressed by its index in the FULL model (the llm.c table order), so a file does
 // not depend on the mesh that wrote it:
-//   rank file: header int64[8] = [magic, format, rank, world, has_master, nruns, nvalues, 0]
+//   rank file: header int64[8] = [magic, format, rank, world, has_master, nruns, nvalues, identity]
 //              runs: nruns x (full offset, count), uint64 each
 //              values: nvalues floats of the parameters, then of the master weights (if
 //              has_master), of m, of v; run after run in each block
@@ -36,7 +36,13 @@
 //
 // Nothing of a state is trusted unchecked: on resume every file must match its checksum, and the
 // files must agree with each other (the step of the directory's name, of the manifest, of the
-// position file, and the log's lines 1..step) before any of it is used.
+// position file, and the log's lines 1..step) before any of it is used. A state belongs to one
+// run: the run's identity (64 random bits drawn at its start, kept by every resume) is in the
+// manifest, the position file and every rank file's header, so files of two runs never mix even
+// when their checksums were made to match. And every value that follows from others is checked
+// against them: AdamW's t is the step less the steps whose norm the log shows not finite
+// (skipped), the data position is where that many micro-batches from the start of the shards end,
+// each tensor line is the place its model puts it, m, v and the weights are finite and v >= 0.
 //
 // Resuming on any mesh: every rank reads every file's runs, puts the values at their full
 // indices, and keeps what its own place (tp shard, stage, experts) and its own segments
@@ -62,6 +68,7 @@ typedef struct {
     int first_step;         // the loop starts here: 0, or the saved step with --resume
     int resumed;
     std::string log;        // the --log lines so far (rank 0), saved with the state
+    uint64_t identity;      // the run's: drawn at its start, kept across resumes, in every file of its state
 } TrainState;
 
 // Whether the state is saved before step `step` (after `step` updates): every
