@@ -1,10 +1,14 @@
 """The fp32 AdamW update, element by element: our run against PyTorch fp32 and float64
 (doc/gpu-results.md, "What it showed, and what was done": the fp32 updates).
 
-  TEST_GPT2_DUMP=DIR build/emu/test_gpt2cu_fp32 --check DIR      (writes DIR/ref.bin.ours)
+  build/emu/test_gpt2cu --write-inputs DIR          (as scripts/gpu_bundle.sh: the H200 run's inputs)
+  python3 test/reference/gpt2.py --model DIR/model.bin --batch DIR/batch.bin --out DIR/ref.bin
+  TEST_GPT2_DUMP=DIR build/emu/test_gpt2cu_fp32 --check DIR      (writes DIR/ref.bin.ours; it stops
+                                                                  at the next case's missing reference)
   python3 test/reference/adamw_elements.py DIR [--tensors fcw,fcprojw] [--top 6] [--noise 1e-6,3e-6,1e-5,1e-4]
+(test/h200_failures.sh runs these.)
 
-DIR holds the reference check's inputs (model.bin, batch.bin: test_gpt2 --write-inputs; the
+DIR holds the reference check's inputs (model.bin, batch.bin: test_gpt2cu --write-inputs; the
 dense model, the pre-training batch) and ref.bin.ours: our initial parameters, each step's
 gradients (unclipped) and the final parameters. This script runs the same 10 steps as
 test/reference/gpt2.py (clipping, AdamW) in float32 and in float64, keeping each step's gradient,
