@@ -26,10 +26,12 @@
 // Measured errors: doc/precision-tests.md.
 // Tolerances (fp32): logits and gradients within 1e-4 of each tensor's largest magnitude; the
 // loss within 1e-5 relative; each of the step losses and gradient norms within 1e-4 relative;
-// the parameters after the steps norm-wise on the update (compare_update says why not
-// element-wise: Adam gives noise-sized gradients lr-sized steps), within the bound update_bound()
-// derives from the gradient tolerance (a fixed 1e-4 until an H200 run showed it tighter than
-// what the gradient tolerance lets through).
+// the parameters after the steps on the update, not element-wise (compare_update says why: Adam
+// gives noise-sized gradients lr-sized steps): the elements whose update the gradient tolerance
+// leaves undetermined left out (at most 2% of a tensor), the rest norm-wise within 1e-3 (the CPU:
+// 1e-4) and, along
+// the update and along the weight decay's term, within 1e-4 and 1e-2 (compare_update_fp32; a
+// norm-wise 1e-4 over every element until an H200 run failed it with gradients within tolerance).
 //
 // Built by nvcc (test_gpt2cu, the CUDA backend): the fp32 build (PRECISION=FP32, matmuls
 // without TF32) is held to the same fp32 tolerances; the bf16 build to the bf16 ones in
@@ -52,8 +54,13 @@
 typedef struct {
     float logits, loss, rl_loss, step_loss, step_norm;
     float grads[NUM_PARAMETER_TENSORS];    // in the parameter table's order
-    float update[NUM_PARAMETER_TENSORS];   // |(w - w0) - (r - r0)|_2 / |r - r0|_2
-    int update_derived;                    // 1: the update's tolerance is update_bound(), not update[]
+    float update[NUM_PARAMETER_TENSORS];   // |(w - w0) - (r - r0)|_2 / |r - r0|_2 (fp32: over the elements kept)
+    // fp32 only (update_fp32 = 1; compare_update_fp32 says why): an element is left out of the
+    // update's comparison when its sensitivity (update_sensitivity) exceeds update_left_lr x lr; at most
+    // update_left_cap of a tensor's elements may be; the kept elements' update error projected on
+    // the update (scale) and on the weight decay's term (decay) within update_scale, update_decay
+    int update_fp32;
+    float update_left_lr, update_left_cap, update_scale, update_decay;
 } Tolerances;
 
 // prec: the run's storage format (backend_precision()): PREC_FP32 for the CPU and the CUDA
@@ -67,12 +74,23 @@ static Tolerances tolerances_for(int prec) {
         // fp32 (the CPU, and the CUDA build with PRECISION=FP32). Measured under the CUDA emulator
         // (fp32 build, doc/cuda-backend.md): logits 2.0e-7, loss 1.2e-7, RL loss 2.0e-7, gradients
         // <= 6.4e-7, step losses 1.1e-7, norms 1.8e-7, updates <= 8.6e-6 (LN gains), <= 6.1e-6 others.
-        // The updates are judged against update_bound() (derived from the gradient tolerance; see
-        // there), not a fixed number: a fixed 1e-4 failed on an H200 (fcw 1.3e-4, fcprojw 1.7e-4,
-        // doc/gpu-results.md) with every gradient within its tolerance.
+        // The updates: compare_update_fp32 (why these numbers: there). A single norm-wise 1e-4 over
+        // every element failed on an H200 (fcw 1.3e-4, fcprojw 1.7e-4, doc/gpu-results.md) with
+        // every gradient within its tolerance.
         t.logits = 1e-4f; t.loss = 1e-5f; t.rl_loss = 1e-4f; t.step_loss = 1e-4f; t.step_norm = 1e-4f;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.grads[i] = 1e-4f; t.update[i] = NAN; }
-        t.update_derived = 1;
+        // the kept elements' norm: 1e-4 for the CPU (as before the H200 run: its own errors are
+        // <= 5.5e-6 on the reference suite's inputs, 4.5e-5 on the bundle's; deterministic; the
+        // reference suite keeps at least the old sensitivity),
+        // 1e-3 for the CUDA fp32 build (a GPU's summation order: noise of the H200's size reaches
+        // 4.2e-4 on the kept elements, compare_update_fp32)
+#ifdef LLMC_CPU
+        const float norm_tol = 1e-4f;
+#else
+        const float norm_tol = 1e-3f;
+#endif
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.grads[i] = 1e-4f; t.update[i] = norm_tol; }
+        t.update_fp32 = 1;
+        t.update_left_lr = 1.0f; t.update_left_cap = 0.02f; t.update_scale = 1e-4f; t.update_decay = 1e-2f;
         return t;
     }
     // bf16: the CUDA bf16 build against the fp32 reference; the CPU's --precision bf16 against the
@@ -86,7 +104,8 @@ static Tolerances tolerances_for(int prec) {
     // 3e-2, loss 5e-3, step losses 1e-2, norms 5e-2, gradients 5e-2). Unconfirmed on a GPU.
     t.logits = 1e-2f; t.loss = 3e-5f; t.rl_loss = 7e-4f; t.step_loss = 8e-4f; t.step_norm = 1e-2f;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.grads[i] = 2e-2f; }
-    t.update_derived = 0;
+    t.update_fp32 = 0;
+    t.update_left_lr = t.update_left_cap = t.update_scale = t.update_decay = NAN;
     // the update after 10 AdamW steps, norm-wise: measured <= 2.6e-2 for every tensor but the
     // LayerNorm gains, which reach 5.1e-2 (ln1w: their gradients are the smallest and change
     // sign between steps, so more of their elements are noise-dominated) -> 7.5e-2 and 0.15
@@ -352,9 +371,10 @@ static int compare(const char* what, const float* ours, const float* ref, size_t
 // step lost or repeated, clipping by the wrong norm) shifts most elements and the norm with
 // them. The update rather than the parameters: the parameters include their initial values,
 // which for the LayerNorm gains (1.0) and the weight matrices dwarf or hide 10 small steps.
-// tol: fp32, update_bound() (derived = 1: printed as "bound"); bf16, the measured table above.
+// Used for the bf16 builds (tol: the measured table above) and for what is shown, not judged (the
+// key bias); the fp32 builds judge with compare_update_fp32 below.
 static int compare_update(const char* what, const std::vector<size_t>& idx, const float* w, const float* p,
-                          const float* w0, const float* r, const float* r0, float tol, int derived = 0) {
+                          const float* w0, const float* r, const float* r0, float tol) {
     double du2 = 0, ru2 = 0, dp2 = 0, rp2 = 0, max_abs = 0, max_ref = 0;
     int finite = 1;
     for (size_t k : idx) {
@@ -372,15 +392,14 @@ static int compare_update(const char* what, const std::vector<size_t>& idx, cons
     if (!finite) { upd = INFINITY; }
     int ok = upd <= tol;
     char tol_text[32];
-    snprintf(tol_text, sizeof(tol_text), isinf(tol) ? "(not judged)" : derived ? "(bound %.2g)" : "(tol %.2g)", tol);
+    snprintf(tol_text, sizeof(tol_text), isinf(tol) ? "(not judged)" : "(tol %.2g)", tol);
     printf("  %-22s %10zu   %.3e %-12s %.3e                %.3e   %s\n", what, idx.size(), upd, tol_text, par, elem,
            isinf(tol) ? "" : ok ? "ok" : "MISS");
     return ok;
 }
 
-// The fp32 update's tolerance, derived (first order) from the gradient tolerance, the way the
-// CPU's kernel tests derive theirs from float rounding (test/test_kernels.cu: a bound per element
-// from the sizes of the errors that can occur, x2 for the first-order analysis):
+// The fp32 update's sensitivity to the gradients, per element, first order (the way the CPU's
+// kernel tests derive their bounds from float rounding, test/test_kernels.cu):
 //   AdamW's step on element i at step t is lr r_t (+ the decay), r_t = mhat_t / (sqrt(vhat_t) + eps),
 //   mhat_t = sum_s a_ts g_s, vhat_t = sum_s b_ts g_s^2 (s <= t; a_ts = (1-b1) b1^(t-s) / (1-b1^t),
 //   b_ts = (1-b2) b2^(t-s) / (1-b2^t); g_s the clipped gradient). A change dg_s of the gradients
@@ -390,41 +409,22 @@ static int compare_update(const char* what, const std::vector<size_t>& idx, cons
 //   1.011 for these betas). |dr_t/dg_s| is ~1/sqrt(vhat): an element whose gradients are small or
 //   change sign (so that mhat cancels while vhat does not) turns a gradient error far below the
 //   gradient check's resolution into a step error of a sizeable fraction of lr.
-//   The gradient error allowed: what the gradient check accepts, tol_g x the tensor's largest |g|,
-//   at every step, on every element (the check sees step 0; the later steps' gradients also differ
-//   by what earlier steps' parameters differ: ours against PyTorch's by up to 3.7e-4 of fcw's
-//   largest on a few elements, which the norm over the tensor absorbs; the step norms are
-//   checked to 1e-4). Each side also rounds the parameter and the step to fp32 at each step:
+//   The gradient error: what the gradient check accepts, tol_g x the tensor's largest |g|, at every
+//   step. Each side also rounds the parameter and the step to fp32 at each step:
 //   UF (2|p| + 16 lr (R_t + wd|p|)) per side and step (as test_cuda_kernels bounds one AdamW step).
-//   Elements whose gradient is exactly 0 at every step (the padded vocabulary rows) get no error:
-//   a sum with no terms is exact.
-// Per element the bound d_i = sum_t lr min(sum_s |dr_t/dg_s| e_s, 2 R_t) + the rounding term; the
-// tolerance is 2 |d|_2 / |r - r0|_2 (2: a margin for the first-order analysis). Evaluated along our
-// trajectory (our gradients of every step; the reference keeps only step 0's). The weight decay's
-// share of the difference (lr wd sum_t dp_t, 1e-4 of the bound) is left out.
-// What it gives (the bundle's inputs, as the H200 ran them: the dense model, pre-training batch):
-// 4.2e-3 for fcw, 4.7e-3 fcprojw, 5.4e-4 to 3.0e-3 for the other tensors, 1.1e-2 wte, 7.9e-2 qkvw
-// (elements with gradients near 0). Measured under the emulator: 2e-6 to 5.1e-5, 75x or more
-// below. Why the old fixed 1e-4 was too tight (doc/gpu-results.md, test/reference/adamw_elements.py):
-// PyTorch fp32 itself misses float64's update by 1.2e-4 on fcprojw. 83% of that tensor's difference
-// (ours against PyTorch, 5.1e-5) is one element whose step-1 gradient, -6.8e-9, is below eps (the
-// tensor's median |g| is 2.9e-3): AdamW's first step g / (|g| + eps) moves with g at
-// eps / (|g| + eps)^2 = 3.5e7, so a rounding difference of 1.4e-9 in that gradient moves the step by
-// 0.05 lr; PyTorch with gradient noise of +-1e-6 of each tensor's largest |g| (100x below the
-// gradient tolerance) reaches the H200's 1.3e-4 and 1.7e-4. A broken AdamW still fails
-// (test/h200_failures.sh, the emulated fp32 build): m's bias correction with t+1 puts all 16
-// tensors 1.0-290x over their bound, v's dropped all 16 (6-2800x), eps inside the square root all
-// 16 (3.4-130x), eps x10 two (ln1w, lnfb: 1.3x, 1.2x; the step losses fail too). Estimated with
-// PyTorch: weight decay x1.1 (up to 4.5e-4) passes, lr x1.001 (~1e-3) fails on ln1w, lnfw, lnfb
-// only; the old 1e-4 caught both: the price of judging the update by what the gradient tolerance
-// allows.
+//   Elements whose gradient is exactly 0 at every step (the padded vocabulary rows) get no
+//   gradient error: a sum with no terms is exact.
+// d_i = sum_t lr min(sum_s |dr_t/dg_s| e_s, 2 R_t) + the rounding term, for each element of idx (in
+// idx's order), evaluated along our trajectory (our gradients of every step; the reference keeps
+// only step 0's). compare_update_fp32 leaves out the elements with d_i > lr.
 static const double UF32 = 1.0 / 16777216.0;   // 2^-24
-static double update_bound(const std::vector<size_t>& idx, const std::vector<std::vector<float>>& g,
-                           const std::vector<float>& scale, const RefBatch& b, float tol_g, int decay,
-                           const float* r, const float* r0) {
+static std::vector<double> update_sensitivity(const std::vector<size_t>& idx, const std::vector<std::vector<float>>& g,
+                                              const std::vector<float>& scale, const RefBatch& b, float tol_g,
+                                              int decay, const float* r, const float* r0) {
     int S = (int)g.size();
     double b1 = b.beta1, b2 = b.beta2, eps = b.eps, lr = b.lr, wd = decay ? b.weight_decay : 0.0;
-    std::vector<double> e(S, 0.0), R(S + 1, 0.0);
+    std::vector<double> e(S, 0.0), R(S + 1, 0.0), out;
+    out.reserve(idx.size());
     for (int s = 0; s < S; s++) {
         for (size_t k : idx) { e[s] = fmax(e[s], fabs((double)g[s][k])); }
         e[s] *= tol_g * scale[s];
@@ -438,11 +438,9 @@ static double update_bound(const std::vector<size_t>& idx, const std::vector<std
         }
         R[t] = sqrt(R[t]);
     }
-    double d2 = 0.0, u2 = 0.0;
     std::vector<double> gs(S);
     for (size_t k : idx) {
         double ur = (double)r[k] - r0[k], pk = fabs((double)r0[k]) + fabs(ur), d = 0.0;
-        u2 += ur * ur;
         bool zero = true;
         for (int s = 0; s < S; s++) { gs[s] = (double)g[s][k] * scale[s]; zero &= g[s][k] == 0.0f; }
         for (int t = 1; t <= S; t++) {
@@ -456,9 +454,75 @@ static double update_bound(const std::vector<size_t>& idx, const std::vector<std
             }
             d += lr * fmin(dr, 2.0 * R[t]);
         }
-        d2 += d * d;
+        out.push_back(d);
     }
-    return u2 > 0 ? 2.0 * sqrt(d2 / u2) : 2.0 * sqrt(d2);
+    return out;
+}
+
+// The fp32 update after the AdamW steps (the CPU and the CUDA PRECISION=FP32 build), per tensor:
+//   1. left out: the elements whose update the gradient tolerance leaves undetermined, d_i > lr
+//      (update_sensitivity: at the gradient tolerance their 10-step update is uncertain by more
+//      than one whole step; fcw's median element's d_i is 3.5e-3 lr). Printed: how many and their
+//      share. More than 2% of a tensor's elements is a MISS: the rule depends on our gradients
+//      only, and a run must not pass by making many elements "ill-conditioned". (On the bundle's
+//      inputs: qkvw 206 of 24576 = 0.84%, qkvb 2 of 256 = 0.78%, fcw, fcprojw, wte 2 each, the
+//      rest none, the same over 12 noise seeds; 2%, not 1%, because 1% of qkvb is 2 elements.)
+//   2. over the rest, e = (w - w0) - (r - r0), u = r - r0, judged three ways:
+//      - norm:  |e|_2 / |u|_2 <= 1e-3 (update[]; the CPU build: 1e-4, see tolerances_for);
+//      - scale: <e, u> / <u, u>, |.| <= 1e-4: the error's component along the update itself, what a
+//               wrong learning rate (or schedule, or clipping factor) gives: lr x1.001 -> 5e-4 to 1.1e-3;
+//      - decay: <e, z> / <z, z>, z = -lr wd steps (r0 + r) / 2 (the decoupled weight decay's share
+//               of the update, decayed tensors only), |.| <= 1e-2: weight decay x1.1 -> 0.1.
+// Why this and not one norm-wise 1e-4 over every element (the old test; it failed on an H200 at
+// fcw 1.3e-4, fcprojw 1.7e-4): on the bundle's inputs (weights rounded to bf16), some step-1
+// gradients cancel to below eps (fcprojw[3158]: -6.8e-9) and AdamW's first step g / (|g| + eps)
+// moves with them at 3.5e7: summation-order noise picks an lr-sized step there. Those elements are
+// what rule 1 leaves out (fcprojw 2 of 32768, qkvw 206 of 24576 = 0.84%). But their steps also
+// change the later forward passes: fcw's later-step gradients then differ by up to 1.6e-3 of its
+// largest, 16x the gradient tolerance, and its largest update errors sit on the elements coupled
+// to the left-out ones (row 86, the inputs of the hidden unit whose output weight is
+// fcprojw[3158]), though their own sensitivity is small (fcw[5504]: d_i = 0.05 lr). So gradient noise of the H200's size (test/reference/adamw_elements.py
+// --noise 1e-6: +-1e-6 of each tensor's largest |g| on every element at every step, 12 seeds)
+// leaves norm-wise errors up to 4.2e-4 (fcw) on the kept elements, 1.2e-4 to 3.1e-4 on 13
+// other tensors: a norm at 1e-4 fails such noise, and the norm cannot tell weight decay x1.1 (1.7e-4 to
+// 4.5e-4 on the decayed tensors) from it. The projections can: noise spreads its error over
+// directions that have nothing to do with u or z, so its scale stays <= 2.5e-5 and its decay
+// <= 1.6e-3 (the same 12 seeds), while lr x1.001 gives a scale of 4.8e-4 to 1.1e-3 on every tensor
+// and weight decay x1.1 a decay of 0.098 to 0.101 on every decayed one. The norm at 1e-3 (2.4x
+// the noise's 4.2e-4) catches what changes the update's shape rather than its size (bias
+// corrections, eps): test/h200_failures.sh, doc/gpu-results.md. The CPU build keeps the old 1e-4 for
+// the norm (over the kept elements): its own errors are <= 5.5e-6 on the reference suite's inputs
+// (4.5e-5 on the bundle's), and it is deterministic.
+static int compare_update_fp32(const char* what, const std::vector<size_t>& idx, const std::vector<double>& d,
+                               const float* w, const float* p, const float* w0, const float* r, const float* r0,
+                               const RefBatch& b, int decay, const Tolerances& tol, float norm_tol) {
+    double du2 = 0, ru2 = 0, eu = 0, ez = 0, zz = 0, dp2 = 0, rp2 = 0;
+    double wd = decay ? b.weight_decay : 0.0;
+    size_t left = 0;
+    int finite = 1;
+    for (size_t j = 0; j < idx.size(); j++) {
+        size_t k = idx[j];
+        finite &= isfinite(w[k]) && isfinite(p[k]);
+        dp2 += ((double)p[k] - r[k]) * ((double)p[k] - r[k]);
+        rp2 += (double)r[k] * r[k];
+        if (d[j] > (double)tol.update_left_lr * b.lr) { left++; continue; }
+        double ur = (double)r[k] - r0[k], e = ((double)w[k] - w0[k]) - ur;
+        double z = -(double)b.lr * wd * b.steps * 0.5 * ((double)r0[k] + r[k]);
+        du2 += e * e; ru2 += ur * ur; eu += e * ur; ez += e * z; zz += z * z;
+    }
+    double share = idx.empty() ? 0.0 : (double)left / idx.size();
+    double upd = ru2 > 0 ? sqrt(du2 / ru2) : sqrt(du2), scale = ru2 > 0 ? eu / ru2 : 0.0, dec = zz > 0 ? ez / zz : 0.0;
+    double par = rp2 > 0 ? sqrt(dp2 / rp2) : sqrt(dp2);
+    if (!finite) { upd = INFINITY; }
+    int ok = upd <= norm_tol && fabs(scale) <= tol.update_scale && share <= tol.update_left_cap;
+    char dec_text[40] = "-";
+    if (decay) {
+        ok &= fabs(dec) <= tol.update_decay;
+        snprintf(dec_text, sizeof(dec_text), "%+.1e", dec);
+    }
+    printf("  %-20s %6zu %5zu %6.2f%%   %.3e  %+.1e  %8s   %.3e   %s\n", what, idx.size(), left, 100.0 * share, upd,
+           scale, dec_text, par, ok ? "ok" : "MISS");
+    return ok;
 }
 
 static void report(const char* name, int ok) {
@@ -603,7 +667,7 @@ static void check_case(const char* dir, const char* model_name, const char* batc
     // gradients (before clipping) and the final parameters AdamW updated, as float32 in
     // DIR/<ref>.ours (P floats each, in that order: 1 + steps + 1 arrays), for an element-by-element
     // comparison with a reference (test/reference/adamw_elements.py)
-    std::vector<std::vector<float>> step_grads;   // our gradients of every step (update_bound, the dump)
+    std::vector<std::vector<float>> step_grads;   // our gradients of every step (update_sensitivity, the dump)
     std::vector<float> step_scales;
     const char* dump_dir = getenv("TEST_GPT2_DUMP");
     FILE* dump = NULL;
@@ -619,7 +683,7 @@ static void check_case(const char* dir, const char* model_name, const char* batc
         float l = gpt2_classifier(&model, b.targets.data(), w, dloss, 1) * dloss;
         if (moe) { l += gpt2_aux_loss(&model, 0); }
         gpt2_backward(&model);
-        if (dump || tol.update_derived) {
+        if (dump || tol.update_fp32) {
             step_grads.emplace_back(P);
             copy_floats_to_host(step_grads.back().data(), model.grads_memory, P);
             if (dump) { fwrite_or_die(step_grads.back().data(), sizeof(float), P, dump, dump_path.c_str()); }
@@ -647,8 +711,16 @@ static void check_case(const char* dir, const char* model_name, const char* batc
     }
     int all_ok = 1;
     int C = model.config.channels;
-    printf("  %-22s %10s   %-22s %-24s %s\n", "parameter", "n", "update err (judged)", "params err (shown)",
-           "max elem err (shown)");
+    if (tol.update_fp32) {
+        printf("  update after the steps, fp32 (compare_update_fp32): elements with sensitivity d_i > %g lr left out "
+               "(at most %g%%); over the rest, norm (tol %g), scale (tol %g), decay (tol %g)\n", tol.update_left_lr,
+               100.0 * tol.update_left_cap, tol.update[0], tol.update_scale, tol.update_decay);
+        printf("  %-20s %6s %5s %7s   %-10s %-8s %-8s   %-10s\n", "parameter", "n", "left", "share", "norm err",
+               "scale", "decay", "params err (shown)");
+    } else {
+        printf("  %-22s %10s   %-22s %-24s %s\n", "parameter", "n", "update err (judged)", "params err (shown)",
+               "max elem err (shown)");
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model.param_info[i];
         if (p->numel == 0) { continue; }   // not in this model
@@ -657,12 +729,16 @@ static void check_case(const char* dir, const char* model_name, const char* batc
             int is_key = strcmp(p->name, "qkvb") == 0 && (int)(j % (3 * C)) >= C && (int)(j % (3 * C)) < 2 * C;
             if (!is_key) { idx.push_back(p->offset + j); }
         }
-        float utol = tol.update_derived ? (float)update_bound(idx, step_grads, step_scales, b, tol.grads[i], p->decay,
-                                                             ref_params.data(), ref_init.data())
-                                        : tol.update[i];
-        all_ok &= compare_update(strcmp(p->name, "qkvb") == 0 ? "qkvb (query, value)" : p->name, idx, master.data(),
-                                 params.data(), init_params.data(), ref_params.data(), ref_init.data(), utol,
-                                 tol.update_derived);
+        const char* shown = strcmp(p->name, "qkvb") == 0 ? "qkvb (query, value)" : p->name;
+        if (tol.update_fp32) {
+            std::vector<double> d = update_sensitivity(idx, step_grads, step_scales, b, tol.grads[i], p->decay,
+                                                       ref_params.data(), ref_init.data());
+            all_ok &= compare_update_fp32(shown, idx, d, master.data(), params.data(), init_params.data(),
+                                          ref_params.data(), ref_init.data(), b, p->decay, tol, tol.update[i]);
+        } else {
+            all_ok &= compare_update(shown, idx, master.data(), params.data(), init_params.data(), ref_params.data(),
+                                     ref_init.data(), tol.update[i]);
+        }
         if (strcmp(p->name, "qkvb") == 0) {
             // The key bias gets no gradient in exact arithmetic (adding b to every key adds q.b to
             // every score of a row, which softmax ignores), so both sides hold rounding noise of

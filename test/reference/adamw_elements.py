@@ -6,6 +6,7 @@
   TEST_GPT2_DUMP=DIR build/emu/test_gpt2cu_fp32 --check DIR      (writes DIR/ref.bin.ours; it stops
                                                                   at the next case's missing reference)
   python3 test/reference/adamw_elements.py DIR [--tensors fcw,fcprojw] [--top 6] [--noise 1e-6,3e-6,1e-5,1e-4]
+      [--seeds 5,6,7] [--judge] [--perturb wd_x1.1,lr_x1.001,bc1_t+1,no_bc2,eps_in_sqrt,eps_x10]
 (test/h200_failures.sh runs these.)
 
 DIR holds the reference check's inputs (model.bin, batch.bin: test_gpt2cu --write-inputs; the
@@ -22,10 +23,14 @@ and prints:
   2. for --tensors, the elements carrying most of |du_ours - du_f32|_2^2, with their gradients
      per step (float64), ours and PyTorch fp32's differences from them, and the bound's share;
   3. --noise: PyTorch fp32 again with uniform noise in [-s, s] x the tensor's largest |g| added to
-     every non-zero gradient element at every step, against the run without: the update error
-     that gradient differences of size s (far below the gradient tolerance) make, and how far
-     the later steps' own gradients then move (qkvb's column includes the key bias, which
-     test_gpt2 leaves out: its gradient is rounding noise only).
+     every non-zero gradient element at every step (one run per --seeds), against the run without:
+     the update error that gradient differences of size s (far below the gradient tolerance) make,
+     and how far the later steps' own gradients then move (qkvb's column includes the key bias,
+     which test_gpt2 leaves out: its gradient is rounding noise only);
+  4. --judge: test_gpt2's compare_update_fp32 (elements with d_i > lr left out, at most 2% of a
+     tensor; over the rest norm <= 1e-3, |scale| <= 1e-4, |decay| <= 1e-2) on our run, on each noise
+     run (the largest figures over the seeds), and on each --perturb run (PyTorch fp32 with its AdamW
+     changed: wd_x1.1, lr_x1.001, bc1_t+1, no_bc2, eps_in_sqrt, eps_x10), each against PyTorch fp32.
 """
 import argparse
 import math
@@ -41,7 +46,9 @@ import gpt2 as ref  # noqa: E402
 UF = 2.0 ** -24
 
 
-def run(d, dtype, noise=0.0):
+def run(d, dtype, noise=0.0, seed=5, lr_mul=1.0, wd_mul=1.0, variant=""):
+    """The 10 steps; noise: see --noise; lr_mul, wd_mul, variant (bc1_t+1, no_bc2, eps_in_sqrt, eps_x10): a
+    perturbed AdamW, as test/h200_failures.sh perturbs the kernel (--perturb)."""
     torch.set_default_dtype(dtype)
     cfg, layout, params, n = ref.load_model(os.path.join(d, "model.bin"), dtype)
     B, T, steps, inputs, targets, weights, opt = ref.load_batch(os.path.join(d, "batch.bin"), cfg["V"], cfg["maxT"])
@@ -53,7 +60,8 @@ def run(d, dtype, noise=0.0):
     m = {k: torch.zeros_like(params[k]) for k in names}
     v = {k: torch.zeros_like(params[k]) for k in names}
     b1, b2, eps, lr = opt["beta1"], opt["beta2"], opt["eps"], opt["lr"]
-    gen = torch.Generator().manual_seed(5)
+    lr *= lr_mul
+    gen = torch.Generator().manual_seed(seed)
     grads, scales = [], []
     for step in range(1, steps + 1):
         for k in names:
@@ -72,17 +80,18 @@ def run(d, dtype, noise=0.0):
                 p, g = params[k], g0 * scale
                 m[k].mul_(b1).add_((1 - b1) * g)
                 v[k].mul_(b2).add_((1 - b2) * g * g)
-                mhat = m[k] / (1 - b1 ** step)
-                vhat = v[k] / (1 - b2 ** step)
-                wd = opt["weight_decay"] if decay[k] else 0.0
-                p.sub_(lr * (mhat / (vhat.sqrt() + eps) + wd * p))
+                mhat = m[k] / (1 - b1 ** (step + (variant == "bc1_t+1")))
+                vhat = v[k] / (1 if variant == "no_bc2" else 1 - b2 ** step)
+                wd = wd_mul * opt["weight_decay"] if decay[k] else 0.0
+                den = (vhat + eps).sqrt() if variant == "eps_in_sqrt" else vhat.sqrt() + (10 if variant == "eps_x10" else 1) * eps
+                p.sub_(lr * (mhat / den + wd * p))
     final = np.concatenate([params[k].detach().double().reshape(-1).numpy() for k in names])
     offs, o = {}, 0
     for k, shape, _ in layout:
         offs[k] = (o, math.prod(shape))
         o += math.prod(shape)
     return dict(init=init, final=final, grads=np.array(grads), scales=np.array(scales), offs=offs, opt=opt,
-                steps=steps, n=n, names=names, decay=decay)
+                steps=steps, n=n, names=names, decay=decay, C=cfg["C"])
 
 
 def bound_per_element(g, scales, opt, tol_g, decay, p0):
@@ -109,6 +118,50 @@ def bound_per_element(g, scales, opt, tol_g, decay, p0):
     return d
 
 
+def judged_elements(r, k):
+    """test_gpt2's elements of tensor k: all, but the key bias (the middle third of each layer's qkvb)."""
+    o, cnt = r["offs"][k]
+    j = np.arange(cnt)
+    if k == "qkvb":
+        C = r["C"]
+        j = j[~((j % (3 * C) >= C) & (j % (3 * C) < 2 * C))]
+    return o + j
+
+
+def judge(side, ref32, k, tol_g=1e-4, left_lr=1.0, left_cap=0.02, tol_norm=1e-3, tol_scale=1e-4, tol_decay=1e-2):
+    """test_gpt2's compare_update_fp32 on tensor k: side (a run: its gradients and clip factors give the
+    sensitivity, as ours do in the test) against ref32 (PyTorch fp32). Returns (left out, share, norm,
+    scale, decay or None, ok)."""
+    i = judged_elements(ref32, k)
+    opt, steps = ref32["opt"], ref32["steps"]
+    per = bound_per_element(side["grads"][:, i], side["scales"], opt, tol_g, ref32["decay"][k], ref32["init"][i])
+    keep = ~(per > left_lr * opt["lr"])
+    u = (ref32["final"][i] - ref32["init"][i])[keep]
+    e = (side["final"][i] - side["init"][i])[keep] - u
+    norm, scale = np.linalg.norm(e) / np.linalg.norm(u), (e @ u) / (u @ u)
+    share = 1 - keep.mean()
+    ok = norm <= tol_norm and abs(scale) <= tol_scale and share <= left_cap
+    decay = None
+    if ref32["decay"][k]:
+        z = -opt["lr"] * opt["weight_decay"] * steps * 0.5 * (ref32["init"][i] + ref32["final"][i])[keep]
+        decay = (e @ z) / (z @ z)
+        ok = ok and abs(decay) <= tol_decay
+    return int((~keep).sum()), share, norm, scale, decay, ok
+
+
+def print_judged(label, side, ref32, names):
+    """one line per tensor: left out (share), norm, scale, decay, and MISS where compare_update_fp32 would"""
+    print(f"  {label}")
+    misses = []
+    for k in names:
+        left, share, norm, scale, decay, ok = judge(side, ref32, k)
+        dec = "-" if decay is None else f"{decay:+.1e}"
+        print(f"    {k:9s} left {left:4d} ({share:6.2%})  norm {norm:.2e}  scale {scale:+.1e}  decay {dec:>8s}  "
+              f"{'ok' if ok else 'MISS'}")
+        misses += [] if ok else [k]
+    print(f"    -> {len(misses)} of {len(names)} tensors MISS{': ' + ' '.join(misses) if misses else ''}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -116,6 +169,11 @@ def main():
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--noise", default="")
     ap.add_argument("--tol-grad", type=float, default=1e-4)
+    ap.add_argument("--seeds", default="5", help="the noise's seeds (comma-separated), one run each")
+    ap.add_argument("--judge", action="store_true", help="compare_update_fp32's judgment: of our run, of each --noise "
+                    "run, of each --perturb run")
+    ap.add_argument("--perturb", default="", help="PyTorch fp32 with its AdamW changed, judged by compare_update_fp32 "
+                    "against the unchanged one: any of wd_x1.1,lr_x1.001,bc1_t+1,no_bc2,eps_in_sqrt,eps_x10")
     args = ap.parse_args()
     torch.set_num_threads(1)
     d = args.dir
@@ -170,26 +228,58 @@ def main():
             print(f"       g (f64) per step: {' '.join(f'{x:+.2e}' for x in gi)}")
             print(f"       g ours - f64:     {' '.join(f'{x:+.1e}' for x in ours['grads'][:, o + i] - gi)}")
             print(f"       g f32 - f64:      {' '.join(f'{x:+.1e}' for x in r32['grads'][:, o + i] - gi)}")
+    names = [k for k in r64["names"] if r64["offs"][k][1] > 0]
+    if args.judge:
+        # our clip factors, as gpt2_update computes them from our gradients
+        norms = np.sqrt((ours["grads"] ** 2).sum(1))
+        ours["scales"] = np.where((opt["grad_clip"] > 0) & (norms > opt["grad_clip"]), opt["grad_clip"] / norms, 1.0)
+        print("compare_update_fp32 (test_gpt2): elements with d_i > lr left out (at most 2%); over the rest "
+              "norm <= 1e-3, |scale| <= 1e-4, |decay| <= 1e-2")
+        print_judged("ours against PyTorch fp32", ours, r32, names)
     if args.noise:
-        names = [k for k in r64["names"] if r64["offs"][k][1] > 0]
+        seeds = [int(x) for x in args.seeds.split(",")]
         print("noise: PyTorch fp32 with uniform gradient noise [-s, s] x max|g| of the tensor at every step, "
-              "update error against the run without")
-        print(f"{'s':>8s} " + " ".join(f"{k:>9s}" for k in names) + "   later grads off (fcw, fcb)")
+              "update error against the run without (all elements, norm-wise)")
+        print(f"{'s':>8s} {'seed':>4s} " + " ".join(f"{k:>9s}" for k in names) + "   later grads off (fcw, fcb)")
         for s in (float(x) for x in args.noise.split(",")):
-            rn = run(d, torch.float32, noise=s)
-            errs = []
-            for k in names:
-                o, cnt = r64["offs"][k]
-                du = rn["final"][o:o + cnt] - rn["init"][o:o + cnt]
-                errs.append(np.linalg.norm(du - du_f32[k]) / np.linalg.norm(du_f32[k]))
-            # how far the later steps' own gradients (before the noise) moved from the run without:
-            # max over steps 2..10 of max |g - g_without| / max |g_without|, for two tensors
-            later = []
-            for k in ("fcw", "fcb"):
-                o, cnt = r64["offs"][k]
-                later.append(max(np.abs(rn["grads"][t, o:o + cnt] - r32["grads"][t, o:o + cnt]).max() /
-                                 np.abs(r32["grads"][t, o:o + cnt]).max() for t in range(1, steps)))
-            print(f"{s:8.0e} " + " ".join(f"{x:9.2e}" for x in errs) + f"   {later[0]:.1e} {later[1]:.1e}")
+            worst = {k: [0, 0.0, 0.0, 0.0] for k in names}
+            nmiss = 0
+            for seed in seeds:
+                rn = run(d, torch.float32, noise=s, seed=seed)
+                errs = []
+                for k in names:
+                    o, cnt = r64["offs"][k]
+                    du = rn["final"][o:o + cnt] - rn["init"][o:o + cnt]
+                    errs.append(np.linalg.norm(du - du_f32[k]) / np.linalg.norm(du_f32[k]))
+                # how far the later steps' own gradients (before the noise) moved from the run without:
+                # max over steps 2..10 of max |g - g_without| / max |g_without|, for two tensors
+                later = []
+                for k in ("fcw", "fcb"):
+                    o, cnt = r64["offs"][k]
+                    later.append(max(np.abs(rn["grads"][t, o:o + cnt] - r32["grads"][t, o:o + cnt]).max() /
+                                     np.abs(r32["grads"][t, o:o + cnt]).max() for t in range(1, steps)))
+                print(f"{s:8.0e} {seed:4d} " + " ".join(f"{x:9.2e}" for x in errs) + f"   {later[0]:.1e} {later[1]:.1e}")
+                if args.judge:
+                    miss = False
+                    for k in names:
+                        left, share, norm, scale, decay, ok = judge(rn, r32, k)
+                        w = worst[k]
+                        worst[k] = [max(w[0], left), max(w[1], norm), max(w[2], abs(scale)),
+                                    max(w[3], abs(decay or 0.0))]
+                        miss |= not ok
+                    nmiss += miss
+            if args.judge:
+                print(f"  judged (compare_update_fp32), s = {s:.0e}, {len(seeds)} seeds: {nmiss} runs with a MISS; "
+                      "per tensor the largest over the seeds:")
+                for k in names:
+                    w = worst[k]
+                    n_k = len(judged_elements(r64, k))
+                    print(f"    {k:9s} left {w[0]:4d} ({w[0] / n_k:6.2%})  norm {w[1]:.2e}  |scale| {w[2]:.1e}  "
+                          f"|decay| {w[3]:.1e}" if r64["decay"][k] else
+                          f"    {k:9s} left {w[0]:4d} ({w[0] / n_k:6.2%})  norm {w[1]:.2e}  |scale| {w[2]:.1e}")
+    for name in (x for x in args.perturb.split(",") if x):
+        kw = {"wd_x1.1": dict(wd_mul=1.1), "lr_x1.001": dict(lr_mul=1.001)}.get(name, dict(variant=name))
+        print_judged(f"PyTorch fp32 with {name} against PyTorch fp32", run(d, torch.float32, **kw), r32, names)
 
 
 if __name__ == "__main__":
