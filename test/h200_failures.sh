@@ -11,7 +11,7 @@
 #      correction dropped, eps inside the square root, eps x10, weight decay x1.1, lr x1.001);
 #      test_gpt2cu_fp32 --check against the PyTorch reference, pre-training case: per tensor, which
 #      of compare_update_fp32's checks miss and by how much (norm err / 1e-3, |scale| / 1e-4,
-#      |decay| / 1e-2, elements left out over 2%). Then test/reference/adamw_elements.py on the
+#      |decay| / 1e-2, elements left out over 10%). Then test/reference/adamw_elements.py on the
 #      unperturbed build: the elements behind the update differences, the noise experiment, and
 #      the same perturbations made in PyTorch, judged by the same rule.
 # `bash test/h200_failures.sh 2` runs part 2 only (about 6 minutes).
@@ -74,7 +74,7 @@ perturb() {   # perturb NAME OLD NEW
         f && /%   / && / (ok|MISS)$/ { n++; s = $0; sub(/^ */, "", s); sub(/ \(query, value\)/, "", s); split(s, a, " +")
             if (a[9] != "MISS") { next }
             miss++; why = ""
-            sh = a[4]; sub(/%/, "", sh); if (sh + 0 > 2) { why = why sprintf(" left out %s%%", sh) }
+            sh = a[4]; sub(/%/, "", sh); if (sh + 0 > 10) { why = why sprintf(" left out %s%%", sh) }
             if (a[5] > 1e-3) { why = why sprintf(" norm %.1fx", a[5] / 1e-3) }
             sc = a[6] < 0 ? -a[6] : a[6]; if (sc > 1e-4) { why = why sprintf(" scale %.1fx", sc / 1e-4) }
             if (a[7] != "-") { dc = a[7] < 0 ? -a[7] : a[7]; if (dc > 1e-2) { why = why sprintf(" decay %.1fx", dc / 1e-2) } }

@@ -27,7 +27,7 @@ and prints:
      the update error that gradient differences of size s (far below the gradient tolerance) make,
      and how far the later steps' own gradients then move (qkvb's column includes the key bias,
      which test_gpt2 leaves out: its gradient is rounding noise only);
-  4. --judge: test_gpt2's compare_update_fp32 (elements with d_i > lr left out, at most 2% of a
+  4. --judge: test_gpt2's compare_update_fp32 (elements with d_i > lr left out, at most 10% of a
      tensor; over the rest norm <= 1e-3, |scale| <= 1e-4, |decay| <= 1e-2) on our run, on each noise
      run (the largest figures over the seeds), and on each --perturb run (PyTorch fp32 with its AdamW
      changed: wd_x1.1, lr_x1.001, bc1_t+1, no_bc2, eps_in_sqrt, eps_x10), each against PyTorch fp32.
@@ -128,7 +128,7 @@ def judged_elements(r, k):
     return o + j
 
 
-def judge(side, ref32, k, tol_g=1e-4, left_lr=1.0, left_cap=0.02, tol_norm=1e-3, tol_scale=1e-4, tol_decay=1e-2):
+def judge(side, ref32, k, tol_g=1e-4, left_lr=1.0, left_cap=0.1, tol_norm=1e-3, tol_scale=1e-4, tol_decay=1e-2):
     """test_gpt2's compare_update_fp32 on tensor k: side (a run: its gradients and clip factors give the
     sensitivity, as ours do in the test) against ref32 (PyTorch fp32). Returns (left out, share, norm,
     scale, decay or None, ok)."""
@@ -233,7 +233,7 @@ def main():
         # our clip factors, as gpt2_update computes them from our gradients
         norms = np.sqrt((ours["grads"] ** 2).sum(1))
         ours["scales"] = np.where((opt["grad_clip"] > 0) & (norms > opt["grad_clip"]), opt["grad_clip"] / norms, 1.0)
-        print("compare_update_fp32 (test_gpt2): elements with d_i > lr left out (at most 2%); over the rest "
+        print("compare_update_fp32 (test_gpt2): elements with d_i > lr left out (at most 10%); over the rest "
               "norm <= 1e-3, |scale| <= 1e-4, |decay| <= 1e-2")
         print_judged("ours against PyTorch fp32", ours, r32, names)
     if args.noise:
