@@ -112,8 +112,8 @@ def bound_per_element(g, scales, opt, tol_g, decay, p0):
         sv = np.sqrt(vh)
         den = sv + eps
         dr = np.zeros_like(mh)
-        for s in range(t):
-            dr += np.abs(a[s] / den - mh * b[s] * gs[s] / (np.maximum(sv, 1e-300) * den ** 2)) * e[s]
+        for s in range(t):   # a gradient exactly 0 at a step is exact there
+            dr += np.abs(a[s] / den - mh * b[s] * gs[s] / (np.maximum(sv, 1e-300) * den ** 2)) * e[s] * (gs[s] != 0)
         d += np.where(zero, 0.0, lr * np.minimum(dr, 2 * R)) + 2 * UF * (2 * np.abs(p0) + 16 * lr * (R + wd * np.abs(p0)))
     return d
 
