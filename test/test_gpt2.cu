@@ -26,8 +26,12 @@
 // Measured errors: doc/precision-tests.md.
 // Tolerances (fp32): logits and gradients within 1e-4 of each tensor's largest magnitude; the
 // loss within 1e-5 relative; each of the step losses and gradient norms within 1e-4 relative;
-// the parameters after the steps within 1e-4 norm-wise on the update (compare_update says why
-// not element-wise: Adam gives noise-sized gradients lr-sized steps).
+// the parameters after the steps on the update, not element-wise (compare_update says why: Adam
+// gives noise-sized gradients lr-sized steps): the elements whose update the gradient tolerance
+// leaves undetermined left out (at most 10% of a tensor), the rest norm-wise within 1e-3 (the CPU:
+// 1e-4) and, along
+// the update and along the weight decay's term, within 1e-4 and 1e-2 (compare_update_fp32; a
+// norm-wise 1e-4 over every element until an H200 run failed it with gradients within tolerance).
 //
 // Built by nvcc (test_gpt2cu, the CUDA backend): the fp32 build (PRECISION=FP32, matmuls
 // without TF32) is held to the same fp32 tolerances; the bf16 build to the bf16 ones in
@@ -50,7 +54,13 @@
 typedef struct {
     float logits, loss, rl_loss, step_loss, step_norm;
     float grads[NUM_PARAMETER_TENSORS];    // in the parameter table's order
-    float update[NUM_PARAMETER_TENSORS];   // |(w - w0) - (r - r0)|_2 / |r - r0|_2
+    float update[NUM_PARAMETER_TENSORS];   // |(w - w0) - (r - r0)|_2 / |r - r0|_2 (fp32: over the elements kept)
+    // fp32 only (update_fp32 = 1; compare_update_fp32 says why): an element is left out of the
+    // update's comparison when its sensitivity (update_sensitivity) exceeds update_left_lr x lr; at most
+    // update_left_cap of a tensor's elements may be; the kept elements' update error projected on
+    // the update (scale) and on the weight decay's term (decay) within update_scale, update_decay
+    int update_fp32;
+    float update_left_lr, update_left_cap, update_scale, update_decay;
 } Tolerances;
 
 // prec: the run's storage format (backend_precision()): PREC_FP32 for the CPU and the CUDA
@@ -64,8 +74,23 @@ static Tolerances tolerances_for(int prec) {
         // fp32 (the CPU, and the CUDA build with PRECISION=FP32). Measured under the CUDA emulator
         // (fp32 build, doc/cuda-backend.md): logits 2.0e-7, loss 1.2e-7, RL loss 2.0e-7, gradients
         // <= 6.4e-7, step losses 1.1e-7, norms 1.8e-7, updates <= 8.6e-6 (LN gains), <= 6.1e-6 others.
+        // The updates: compare_update_fp32 (why these numbers: there). A single norm-wise 1e-4 over
+        // every element failed on an H200 (fcw 1.3e-4, fcprojw 1.7e-4, doc/gpu-results.md) with
+        // every gradient within its tolerance.
         t.logits = 1e-4f; t.loss = 1e-5f; t.rl_loss = 1e-4f; t.step_loss = 1e-4f; t.step_norm = 1e-4f;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.grads[i] = 1e-4f; t.update[i] = 1e-4f; }
+        // the kept elements' norm: 1e-4 for the CPU (as before the H200 run: its own errors are
+        // <= 5.5e-6 on the reference suite's inputs, 4.5e-5 on the bundle's; deterministic; the
+        // reference suite keeps at least the old sensitivity),
+        // 1e-3 for the CUDA fp32 build (a GPU's summation order: noise of the H200's size reaches
+        // 4.2e-4 on the kept elements, compare_update_fp32)
+#ifdef LLMC_CPU
+        const float norm_tol = 1e-4f;
+#else
+        const float norm_tol = 1e-3f;
+#endif
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.grads[i] = 1e-4f; t.update[i] = norm_tol; }
+        t.update_fp32 = 1;
+        t.update_left_lr = 1.0f; t.update_left_cap = 0.1f; t.update_scale = 1e-4f; t.update_decay = 1e-2f;
         return t;
     }
     // bf16: the CUDA bf16 build against the fp32 reference; the CPU's --precision bf16 against the
@@ -79,6 +104,8 @@ static Tolerances tolerances_for(int prec) {
     // 3e-2, loss 5e-3, step losses 1e-2, norms 5e-2, gradients 5e-2). Unconfirmed on a GPU.
     t.logits = 1e-2f; t.loss = 3e-5f; t.rl_loss = 7e-4f; t.step_loss = 8e-4f; t.step_norm = 1e-2f;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { t.grads[i] = 2e-2f; }
+    t.update_fp32 = 0;
+    t.update_left_lr = t.update_left_cap = t.update_scale = t.update_decay = NAN;
     // the update after 10 AdamW steps, norm-wise: measured <= 2.6e-2 for every tensor but the
     // LayerNorm gains, which reach 5.1e-2 (ln1w: their gradients are the smallest and change
     // sign between steps, so more of their elements are noise-dominated) -> 7.5e-2 and 0.15
@@ -344,6 +371,8 @@ static int compare(const char* what, const float* ours, const float* ref, size_t
 // step lost or repeated, clipping by the wrong norm) shifts most elements and the norm with
 // them. The update rather than the parameters: the parameters include their initial values,
 // which for the LayerNorm gains (1.0) and the weight matrices dwarf or hide 10 small steps.
+// Used for the bf16 builds (tol: the measured table above) and for what is shown, not judged (the
+// key bias); the fp32 builds judge with compare_update_fp32 below.
 static int compare_update(const char* what, const std::vector<size_t>& idx, const float* w, const float* p,
                           const float* w0, const float* r, const float* r0, float tol) {
     double du2 = 0, ru2 = 0, dp2 = 0, rp2 = 0, max_abs = 0, max_ref = 0;
@@ -366,6 +395,138 @@ static int compare_update(const char* what, const std::vector<size_t>& idx, cons
     snprintf(tol_text, sizeof(tol_text), isinf(tol) ? "(not judged)" : "(tol %.2g)", tol);
     printf("  %-22s %10zu   %.3e %-12s %.3e                %.3e   %s\n", what, idx.size(), upd, tol_text, par, elem,
            isinf(tol) ? "" : ok ? "ok" : "MISS");
+    return ok;
+}
+
+// The fp32 update's sensitivity to the gradients, per element, first order (the way the CPU's
+// kernel tests derive their bounds from float rounding, test/test_kernels.cu):
+//   AdamW's step on element i at step t is lr r_t (+ the decay), r_t = mhat_t / (sqrt(vhat_t) + eps),
+//   mhat_t = sum_s a_ts g_s, vhat_t = sum_s b_ts g_s^2 (s <= t; a_ts = (1-b1) b1^(t-s) / (1-b1^t),
+//   b_ts = (1-b2) b2^(t-s) / (1-b2^t); g_s the clipped gradient). A change dg_s of the gradients
+//   moves r_t by at most sum_s |dr_t/dg_s| |dg_s|, with
+//     dr_t/dg_s = a_ts / (sqrt(vhat) + eps) - mhat b_ts g_s / (sqrt(vhat) (sqrt(vhat) + eps)^2),
+//   and never by more than 2 R_t, R_t = sqrt(sum_s a_ts^2 / b_ts) >= |r_t| (Cauchy-Schwarz; 1.0 to
+//   1.011 for these betas). |dr_t/dg_s| is ~1/sqrt(vhat): an element whose gradients are small or
+//   change sign (so that mhat cancels while vhat does not) turns a gradient error far below the
+//   gradient check's resolution into a step error of a sizeable fraction of lr.
+//   The gradient error: what the gradient check accepts, tol_g x the tensor's largest |g|, at every
+//   step. Each side also rounds the parameter and the step to fp32 at each step:
+//   UF (2|p| + 16 lr (R_t + wd|p|)) per side and step (as test_cuda_kernels bounds one AdamW step).
+//   A gradient that is exactly 0 at a step gets no gradient error at that step: a sum with no
+//   terms is exact (the padded vocabulary rows at every step; an MoE expert that no token was
+//   routed to at that step: case (d)'s tied expert 2 at step 1, which the routing checks cover).
+// d_i = sum_t lr min(sum_s |dr_t/dg_s| e_s, 2 R_t) + the rounding term, for each element of idx (in
+// idx's order), evaluated along our trajectory (our gradients of every step; the reference keeps
+// only step 0's). compare_update_fp32 leaves out the elements with d_i > lr.
+static const double UF32 = 1.0 / 16777216.0;   // 2^-24
+static std::vector<double> update_sensitivity(const std::vector<size_t>& idx, const std::vector<std::vector<float>>& g,
+                                              const std::vector<float>& scale, const RefBatch& b, float tol_g,
+                                              int decay, const float* r, const float* r0) {
+    int S = (int)g.size();
+    double b1 = b.beta1, b2 = b.beta2, eps = b.eps, lr = b.lr, wd = decay ? b.weight_decay : 0.0;
+    std::vector<double> e(S, 0.0), R(S + 1, 0.0), out;
+    out.reserve(idx.size());
+    for (int s = 0; s < S; s++) {
+        for (size_t k : idx) { e[s] = fmax(e[s], fabs((double)g[s][k])); }
+        e[s] *= tol_g * scale[s];
+    }
+    std::vector<std::vector<double>> a(S + 1, std::vector<double>(S, 0.0)), bb = a;
+    for (int t = 1; t <= S; t++) {
+        for (int s = 0; s < t; s++) {
+            a[t][s] = (1 - b1) * pow(b1, t - 1 - s) / (1 - pow(b1, t));
+            bb[t][s] = (1 - b2) * pow(b2, t - 1 - s) / (1 - pow(b2, t));
+            R[t] += a[t][s] * a[t][s] / bb[t][s];
+        }
+        R[t] = sqrt(R[t]);
+    }
+    std::vector<double> gs(S);
+    for (size_t k : idx) {
+        double ur = (double)r[k] - r0[k], pk = fabs((double)r0[k]) + fabs(ur), d = 0.0;
+        bool zero = true;
+        for (int s = 0; s < S; s++) { gs[s] = (double)g[s][k] * scale[s]; zero &= g[s][k] == 0.0f; }
+        for (int t = 1; t <= S; t++) {
+            d += 2.0 * UF32 * (2.0 * pk + 16.0 * lr * (R[t] + wd * pk));   // both sides' fp32 roundings
+            if (zero) { continue; }
+            double mh = 0.0, vh = 0.0;
+            for (int s = 0; s < t; s++) { mh += a[t][s] * gs[s]; vh += bb[t][s] * gs[s] * gs[s]; }
+            double sv = sqrt(vh), den = sv + eps, dr = 0.0;
+            for (int s = 0; s < t; s++) {
+                if (gs[s] == 0.0) { continue; }   // exactly 0 at this step: exact (see above)
+                dr += fabs(a[t][s] / den - mh * bb[t][s] * gs[s] / (fmax(sv, 1e-300) * den * den)) * e[s];
+            }
+            d += lr * fmin(dr, 2.0 * R[t]);
+        }
+        out.push_back(d);
+    }
+    return out;
+}
+
+// The fp32 update after the AdamW steps (the CPU and the CUDA PRECISION=FP32 build), per tensor:
+//   1. left out: the elements whose update the gradient tolerance leaves undetermined, d_i > lr
+//      (update_sensitivity: at the gradient tolerance their 10-step update is uncertain by more
+//      than one whole step; fcw's median element's d_i is 3.5e-3 lr). Printed: how many and their
+//      share. More than 10% of a tensor's elements is a MISS: the rule depends on our gradients
+//      only, and a run must not pass by making many elements "ill-conditioned". (On the bundle's
+//      inputs: qkvw 206 of 24576 = 0.84%, qkvb 2 of 256 = 0.78%, fcw, fcprojw, wte 2 each, the
+//      rest none, the same over 12 noise seeds; the 4-layer MoE models leave out up to 4.6% of
+//      qkvw, 5.1% of qkvb: their later layers' attention gradients are small.)
+//   2. over the rest, e = (w - w0) - (r - r0), u = r - r0, judged three ways:
+//      - norm:  |e|_2 / |u|_2 <= 1e-3 (update[]; the CPU build: 1e-4, see tolerances_for);
+//      - scale: <e, u> / <u, u>, |.| <= 1e-4: the error's component along the update itself, what
+//               a wrong learning rate (or schedule, or clipping factor) gives: lr x1.001 -> 5e-4
+//               to 1.1e-3;
+//      - decay: <e, z> / <z, z>, z = -lr wd steps (r0 + r) / 2 (the decoupled weight decay's share
+//               of the update, decayed tensors only), |.| <= 1e-2: weight decay x1.1 -> 0.1.
+// Why this and not one norm-wise 1e-4 over every element (the old test; it failed on an H200 at fcw
+// 1.3e-4, fcprojw 1.7e-4): on the bundle's inputs (weights rounded to bf16), some step-1 gradients
+// cancel to below eps (fcprojw[3158]: -6.8e-9) and AdamW's first step g / (|g| + eps) moves with
+// them at 3.5e7: summation-order noise picks an lr-sized step there. Those elements are what rule 1
+// leaves out (fcprojw 2 of 32768, qkvw 206 of 24576 = 0.84%). But their steps also change the later
+// forward passes: fcw's later-step gradients then differ by up to 1.6e-3 of its largest, 16x the
+// gradient tolerance, and its largest update errors sit on the elements coupled to the left-out
+// ones (row 86, the inputs of the hidden unit whose output weight is fcprojw[3158]), though their
+// own sensitivity is small (fcw[5504]: d_i = 0.05 lr). So gradient noise of the H200's size
+// (test/reference/adamw_elements.py --noise 1e-6: +-1e-6 of each tensor's largest |g| on every
+// element at every step, 12 seeds) leaves norm-wise errors up to 4.2e-4 (fcw) on the kept elements,
+// 1.2e-4 to 3.1e-4 on 13 other tensors: a norm at 1e-4 fails such noise, and the norm cannot tell
+// weight decay x1.1 (1.7e-4 to 4.5e-4 on the decayed tensors) from it. The projections can: noise
+// spreads its error over directions that have nothing to do with u or z, so its scale stays <=
+// 2.5e-5 and its decay <= 1.6e-3 (the same 12 seeds), while lr x1.001 gives a scale of 4.8e-4 to
+// 1.1e-3 on every tensor and weight decay x1.1 a decay of 0.098 to 0.101 on every decayed one. The
+// norm at 1e-3 (2.4x the noise's 4.2e-4) catches what changes the update's shape rather than its
+// size (bias corrections, eps): test/h200_failures.sh, doc/gpu-results.md. At 3x the noise (s =
+// 3e-6) 1 of 12 seeds misses, at 1e-5 all do. The CPU build keeps the old 1e-4 for the norm (over
+// the kept elements): its own errors are <= 5.5e-6 on the reference suite's inputs (4.5e-5 on the
+// bundle's), and it is deterministic.
+static int compare_update_fp32(const char* what, const std::vector<size_t>& idx, const std::vector<double>& d,
+                               const float* w, const float* p, const float* w0, const float* r, const float* r0,
+                               const RefBatch& b, int decay, const Tolerances& tol, float norm_tol) {
+    double du2 = 0, ru2 = 0, eu = 0, ez = 0, zz = 0, dp2 = 0, rp2 = 0;
+    double wd = decay ? b.weight_decay : 0.0;
+    size_t left = 0;
+    int finite = 1;
+    for (size_t j = 0; j < idx.size(); j++) {
+        size_t k = idx[j];
+        finite &= isfinite(w[k]) && isfinite(p[k]);
+        dp2 += ((double)p[k] - r[k]) * ((double)p[k] - r[k]);
+        rp2 += (double)r[k] * r[k];
+        if (d[j] > (double)tol.update_left_lr * b.lr) { left++; continue; }
+        double ur = (double)r[k] - r0[k], e = ((double)w[k] - w0[k]) - ur;
+        double z = -(double)b.lr * wd * b.steps * 0.5 * ((double)r0[k] + r[k]);
+        du2 += e * e; ru2 += ur * ur; eu += e * ur; ez += e * z; zz += z * z;
+    }
+    double share = idx.empty() ? 0.0 : (double)left / idx.size();
+    double upd = ru2 > 0 ? sqrt(du2 / ru2) : sqrt(du2), scale = ru2 > 0 ? eu / ru2 : 0.0, dec = zz > 0 ? ez / zz : 0.0;
+    double par = rp2 > 0 ? sqrt(dp2 / rp2) : sqrt(dp2);
+    if (!finite) { upd = INFINITY; }
+    int ok = upd <= norm_tol && fabs(scale) <= tol.update_scale && share <= tol.update_left_cap;
+    char dec_text[40] = "-";
+    if (decay) {
+        ok &= fabs(dec) <= tol.update_decay;
+        snprintf(dec_text, sizeof(dec_text), "%+.1e", dec);
+    }
+    printf("  %-20s %6zu %5zu %6.2f%%   %.3e  %+.1e  %8s   %.3e   %s\n", what, idx.size(), left, 100.0 * share, upd,
+           scale, dec_text, par, ok ? "ok" : "MISS");
     return ok;
 }
 
@@ -507,13 +668,33 @@ static void check_case(const char* dir, const char* model_name, const char* batc
     int steps_ok = 1;
     printf("  step   loss ours     loss ref      rel err     norm ours  norm ref   rel err   (tol %.0e, %.0e)\n",
            tol.step_loss, tol.step_norm);
+    // TEST_GPT2_DUMP=DIR (a diagnostic, off by default): the case's initial parameters, each step's
+    // gradients (before clipping) and the final parameters AdamW updated, as float32 in
+    // DIR/<ref>.ours (P floats each, in that order: 1 + steps + 1 arrays), for an element-by-element
+    // comparison with a reference (test/reference/adamw_elements.py)
+    std::vector<std::vector<float>> step_grads;   // our gradients of every step (update_sensitivity, the dump)
+    std::vector<float> step_scales;
+    const char* dump_dir = getenv("TEST_GPT2_DUMP");
+    FILE* dump = NULL;
+    std::string dump_path;
+    if (dump_dir && *dump_dir) {
+        dump_path = std::string(dump_dir) + "/" + ref_name + ".ours";
+        dump = fopen_or_die(dump_path.c_str(), "wb");
+        fwrite_or_die(init_params.data(), sizeof(float), P, dump, dump_path.c_str());
+    }
     for (int s = 0; s < b.steps; s++) {
         gpt2_zero_grad(&model);
         gpt2_forward(&model, b.inputs.data(), B, T);
         float l = gpt2_classifier(&model, b.targets.data(), w, dloss, 1) * dloss;
         if (moe) { l += gpt2_aux_loss(&model, 0); }
         gpt2_backward(&model);
+        if (dump || tol.update_fp32) {
+            step_grads.emplace_back(P);
+            copy_floats_to_host(step_grads.back().data(), model.grads_memory, P);
+            if (dump) { fwrite_or_die(step_grads.back().data(), sizeof(float), P, dump, dump_path.c_str()); }
+        }
         float norm = gpt2_update(&model, b.lr, b.beta1, b.beta2, b.eps, b.weight_decay, b.clip);
+        step_scales.push_back(b.clip > 0.0f && norm > b.clip ? b.clip / norm : 1.0f);   // as gpt2_update clips
         float rel = fabsf(l - ref_step_losses[s]) / fabsf(ref_step_losses[s]);
         float norm_rel = fabsf(norm - ref_norms[s]) / fabsf(ref_norms[s]);
         int ok = rel <= tol.step_loss && norm_rel <= tol.step_norm;
@@ -529,10 +710,22 @@ static void check_case(const char* dir, const char* model_name, const char* batc
     } else {
         master = params;   // fp32: the parameters are what AdamW updates
     }
+    if (dump) {
+        fwrite_or_die(master.data(), sizeof(float), P, dump, dump_path.c_str());
+        fclose(dump);
+    }
     int all_ok = 1;
     int C = model.config.channels;
-    printf("  %-22s %10s   %-22s %-24s %s\n", "parameter", "n", "update err (judged)", "params err (shown)",
-           "max elem err (shown)");
+    if (tol.update_fp32) {
+        printf("  update after the steps, fp32 (compare_update_fp32): elements with sensitivity d_i > %g lr left out "
+               "(at most %g%%); over the rest, norm (tol %g), scale (tol %g), decay (tol %g)\n", tol.update_left_lr,
+               100.0 * tol.update_left_cap, tol.update[0], tol.update_scale, tol.update_decay);
+        printf("  %-20s %6s %5s %7s   %-10s %-8s %-8s   %-10s\n", "parameter", "n", "left", "share", "norm err",
+               "scale", "decay", "params err (shown)");
+    } else {
+        printf("  %-22s %10s   %-22s %-24s %s\n", "parameter", "n", "update err (judged)", "params err (shown)",
+               "max elem err (shown)");
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParamInfo* p = &model.param_info[i];
         if (p->numel == 0) { continue; }   // not in this model
@@ -541,8 +734,16 @@ static void check_case(const char* dir, const char* model_name, const char* batc
             int is_key = strcmp(p->name, "qkvb") == 0 && (int)(j % (3 * C)) >= C && (int)(j % (3 * C)) < 2 * C;
             if (!is_key) { idx.push_back(p->offset + j); }
         }
-        all_ok &= compare_update(strcmp(p->name, "qkvb") == 0 ? "qkvb (query, value)" : p->name, idx, master.data(),
-                                 params.data(), init_params.data(), ref_params.data(), ref_init.data(), tol.update[i]);
+        const char* shown = strcmp(p->name, "qkvb") == 0 ? "qkvb (query, value)" : p->name;
+        if (tol.update_fp32) {
+            std::vector<double> d = update_sensitivity(idx, step_grads, step_scales, b, tol.grads[i], p->decay,
+                                                       ref_params.data(), ref_init.data());
+            all_ok &= compare_update_fp32(shown, idx, d, master.data(), params.data(), init_params.data(),
+                                          ref_params.data(), ref_init.data(), b, p->decay, tol, tol.update[i]);
+        } else {
+            all_ok &= compare_update(shown, idx, master.data(), params.data(), init_params.data(), ref_params.data(),
+                                     ref_init.data(), tol.update[i]);
+        }
         if (strcmp(p->name, "qkvb") == 0) {
             // The key bias gets no gradient in exact arithmetic (adding b to every key adds q.b to
             // every score of a row, which softmax ignores), so both sides hold rounding noise of

@@ -10,7 +10,10 @@
 #      per production kernel, then the extension points, the training state, recomputation, loss
 #      scaling and FP8), and gpu-results.md is a markdown section with the same rows.
 #   2. it can fail: a CPU log whose losses are 1% off makes the training row FAIL and the exit 1
-#      (run.sh --only train: one check).
+#      (run.sh --only train: one check). And the training and loss-scaling rows as judged since
+#      the H200 run, through a stand-in train_gpt2cu: a gradient norm 2% off, a loss that does not
+#      go down while every step agrees, a step missing; no forced overflow, a scale not halved:
+#      each row FAIL and exit 1 (a pass-through stand-in PASS first).
 #   3. one clear line, exit 1: no nvidia-smi; a GPU but a library the binary needs is not found (a
 #      stand-in binary linked against a library that is then removed); a reference file missing.
 set -u
@@ -85,6 +88,78 @@ if [ "$rc" = 1 ] && grep -q "^train 10 steps.*| FAIL " "$T/off_res/summary.txt";
 else
     fail "perturbation: the CPU's losses 1% off went unnoticed (exit $rc)" "$(grep '^train' "$T/off_res/summary.txt")"
 fi
+
+# ---- 2b. the training row and the loss-scaling row as judged since the H200 run (steps 1-10 against
+# the CPU's tolerances and the loss down; the forced overflow at 2^64 skips steps and halves the
+# scale each time): each fails when what it checks is broken. A stand-in train_gpt2cu (RUN_BIN_DIR)
+# stands for the GPU's trainer: for the training row it writes a given --log (no training: the row
+# judges the two logs); for loss scaling it runs the emulated trainer, changed as each case says.
+# A pass-through stand-in must PASS first, so a FAIL below is the perturbation's, not the stand-in's.
+# standin_log DIR FILE: DIR/train_gpt2cu copies FILE to its --log path
+# standin_run DIR SED: DIR/train_gpt2cu runs the emulated trainer, SED applied to its arguments
+# standin_replay DIR FILE SED: DIR/train_gpt2cu prints FILE (an earlier run's output) through SED
+standin_log() {
+    mkdir -p "$1"
+    cat >"$1/train_gpt2cu" <<EOS
+#!/usr/bin/env bash
+log=""; prev=""; for a in "\$@"; do [ "\$prev" = --log ] && log=\$a; prev=\$a; done
+cp "$2" "\$log"
+echo "average step (excluding the first): 1.0 ms | 1 tok/s"
+EOS
+    chmod +x "$1/train_gpt2cu"
+}
+standin_run() {
+    mkdir -p "$1"
+    cat >"$1/train_gpt2cu" <<EOS
+#!/usr/bin/env bash
+mapfile -t args < <(printf '%s\n' "\$@" | sed '$2')
+exec "$PWD/$E/train_gpt2cu" "\${args[@]}"
+EOS
+    chmod +x "$1/train_gpt2cu"
+}
+standin_replay() {
+    mkdir -p "$1"
+    printf '#!/usr/bin/env bash\nsed %q %q\n' "$3" "$2" >"$1/train_gpt2cu"
+    chmod +x "$1/train_gpt2cu"
+}
+# judge NAME CHECK BUNDLE WANT LABEL: run.sh --only CHECK from BUNDLE with $T/NAME as RUN_BIN_DIR;
+# WANT PASS: the row PASS and exit 0; WANT FAIL: the row FAIL and exit 1
+judge() {
+    local name=$1 check=$2 bundle=$3 want=$4 label=$5 rc rowl want_rc=0
+    RUN_BIN_DIR=$T/$name RUN_LAB_DIR=$E/dev/cuda bash "$bundle/run.sh" --only "$check" --out "$T/${name}_res" >"$T/$name.out" 2>&1
+    rc=$?
+    rowl=$(grep -E "^(train|dynamic loss)" "$T/${name}_res/summary.txt" 2>/dev/null)
+    [ "$want" = FAIL ] && want_rc=1
+    if [ "$rc" = "$want_rc" ] && echo "$rowl" | grep -q "| $want "; then
+        pass "$label: row $want, exit $rc:$(echo "$rowl" | cut -d'|' -f3 | cut -c1-160)"
+    else
+        fail "$label: exit $rc, wanted the row $want and exit $want_rc" "$rowl" "$(tail -n 3 "$T/$name.out")"
+    fi
+}
+CPU=$B/cpu/train50.log
+standin_log "$T/st_ok" "$CPU"
+judge st_ok train "$B" PASS "training row, a stand-in whose log is the CPU's own"
+awk '$1 == 7 { $3 = $3 * 1.02 } { print }' "$CPU" >"$T/norm2.log"
+standin_log "$T/st_norm" "$T/norm2.log"
+judge st_norm train "$B" FAIL "training row, the gradient norm 2% off at step 7 (losses equal)"
+# the loss does not go down while every step agrees: the same log on both sides (a bundle copy
+# whose CPU log it is), each step's loss the first step's
+cp -r "$B" "$T/flat"
+awk 'NR == 1 { l = $2 } { $2 = l; print }' "$CPU" >"$T/flat/cpu/train50.log"
+standin_log "$T/st_flat" "$T/flat/cpu/train50.log"
+judge st_flat train "$T/flat" FAIL "training row, every step agrees but the loss does not go down ($(wc -l <"$CPU") steps)"
+awk '$1 != 5' "$CPU" >"$T/gap.log"
+standin_log "$T/st_gap" "$T/gap.log"
+judge st_gap train "$B" FAIL "training row, step 5 missing from the GPU's log"
+# loss scaling: the emulated trainer through the stand-in as it is; then without the forced
+# overflow (--loss-scale-init 65536: nothing overflows, no step skipped); then that first run's
+# output with the scale on the step lines doctored to stay 2^64 (steps skipped, the scale not halved)
+standin_run "$T/ls_ok" 's/^$//'
+judge ls_ok losscale "$B" PASS "loss-scaling row, a stand-in running the trainer as it is"
+standin_run "$T/ls_noov" 's/^18446744073709551616$/65536/'
+judge ls_noov losscale "$B" FAIL "loss-scaling row, no forced overflow (first scale 65536)"
+standin_replay "$T/ls_nohalf" "$T/ls_ok_res/losscale.log" 's/| scale [0-9.e+]* /| scale 1.84467e+19 /'
+judge ls_nohalf losscale "$B" FAIL "loss-scaling row, steps skipped but the printed scale not halved"
 
 # ---- 3. one clear line on a missing GPU, library or file
 onel() {   # onel LABEL PATTERN CMD...: CMD exits 1 with one line of output matching PATTERN
