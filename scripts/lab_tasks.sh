@@ -29,7 +29,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"1 2 3"}
 BASE_SEED=${BASE_SEED:-1}
-PRE_STEPS=${PRE_STEPS:-900}
+# a base still in the middle of learning to add (today's default job is at about 10-45% at step
+# 300 and done by 500-600, doc/training-tasks.md), so that the later stages have something to add
+PRE_STEPS=${PRE_STEPS:-300}
 SFT_STEPS=${SFT_STEPS:-200}
 RL_STEPS=${RL_STEPS:-250}
 EXAMPLES=${EXAMPLES:-1000}
