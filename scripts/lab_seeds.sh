@@ -15,8 +15,8 @@
 # and whether, a run finds the addition table can hang on it (the before recipe ends anywhere
 # from 9% to 88%), so a recipe is judged by its spread, not by one lucky (or unlucky) run.
 #
-# Time: the after recipe is about 45 s a run on one Zen 5 core, the before recipe about 2.5 min;
-# all 27 seeds of both on 2 cores about 45 minutes. Knobs (environment):
+# Time (estimated from the step time, 2 runs on 2 quiet Zen 5 cores): the after recipe about a
+# minute a run, the before recipe about 2.5 minutes; 27 seeds about 15 and 35 minutes. Knobs (environment):
 #   SEEDS        seeds (default: 1337 and 1-26, 27 runs)
 #   RECIPES      "after", "before" or "after before" (default "after")
 #   PAR          runs at a time (default: the number of cores)

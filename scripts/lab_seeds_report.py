@@ -44,6 +44,21 @@ def first_at(evals, level=90.0):
     return None
 
 
+def learned_from(evals, level=50.0):
+    """The first evaluated step at `level`% or more (None: never): from there on the model has
+    something a loss spike could undo."""
+    return first_at(evals, level)
+
+
+def drop_after_90(evals):
+    """The largest fall of the held-out accuracy between two evaluations after the first at 90%."""
+    f = first_at(evals)
+    if f is None:
+        return 0.0
+    accs = [a for s, _, a in evals if s >= f]
+    return max([0.0] + [accs[i] - accs[j] for i in range(len(accs)) for j in range(i + 1, len(accs))])
+
+
 def spike(losses, after):
     """The largest rise of the training loss over its running minimum after step `after`,
     smoothed over 10 steps (a spike that undoes learning shows as a rise of tenths)."""
@@ -101,8 +116,9 @@ def main():
             row += f" {evals[-1][2]:.1f}% | {evals[-1][1]:.4f} | {f if f is not None else 'never'} |"
         lines.append(row)
     lines += ["", "| recipe | seeds | median (quartiles) | min .. max | mean | at 90% or more | "
-              "median first step at 90% | largest final val loss | largest loss rise after warm-up |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "median first step at 90% | largest final val loss | largest loss rise after warm-up | "
+              "the same once at 50% | largest accuracy fall after 90% |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recipes:
         if not runs[r]:
             continue
@@ -113,15 +129,20 @@ def main():
         warm = 50
         any_log = next(iter(glob.glob(os.path.join(out, r, "seed_*.out"))), None)
         rises = [spike(l, warm) for _, l in runs[r].values()]
+        rises_learned = [spike(l, learned_from(e)) for e, l in runs[r].values() if learned_from(e) is not None]
+        drops = [drop_after_90(e) for e, _ in runs[r].values()]
         q1, q3 = quartiles(finals)
         lines.append(f"| {r} | {len(finals)} | {statistics.median(finals):.1f}% ({q1:.1f}, {q3:.1f}) | "
                      f"{min(finals):.1f} .. {max(finals):.1f}% | {statistics.fmean(finals):.1f}% | "
                      f"{sum(x >= 90 for x in finals)} of {len(finals)} | "
-                     f"{statistics.median(reached) if reached else 'never'} | {max(vals):.4f} | {max(rises):.3f} |")
+                     f"{statistics.median(reached) if reached else 'never'} | {max(vals):.4f} | {max(rises):.3f} | "
+                     f"{max(rises_learned) if rises_learned else 0:.3f} | {max(drops):.1f} |")
         del any_log
     lines += ["", "(accuracy: exact match on the held-out sums; first step at 90%: the first evaluation at "
               "90% or more; loss rise: the largest rise of the 10-step mean training loss above its lowest "
-              "value so far, after step 50)"]
+              "value so far, after step 50 (the warm-up), and after the first evaluation at 50% or more, "
+              "when there is something learned to undo; accuracy fall: between any two evaluations after "
+              "the first at 90%, in points)"]
     try:
         import matplotlib
         matplotlib.use("Agg")
