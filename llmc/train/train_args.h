@@ -125,7 +125,8 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
     a->sft_train = "data/arithmetic/sft_train_*.bin";
     a->sft_val = "data/arithmetic/sft_val_*.bin";
     a->prompts = "data/arithmetic/sft_train_*.bin";
-    a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
+    // --max-new 5: a default prompt (7 tokens) + 5 - 1 fits the default --seq 11 (an answer is 4)
+    a->group = 8; a->max_new = 5; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
     a->on_nan = "stop";
     a->loss_scale = "off"; a->loss_scale_init = 65536.0f; a->loss_scale_window = 200;
     a->fp8 = "off"; a->fp8_history = 16; a->recompute = "none";
