@@ -2,9 +2,14 @@
 The project's default dataset: small integer arithmetic, fully offline and
 deterministic (same arguments -> byte-identical files).
 
-Each document is the end-of-text token followed by one equation line:
+Each document is the end-of-text token followed by one equation line, by
+default (--format reversed) with zero-padded operands and the sum's digits
+units first, so that every 2-digit example is 11 tokens:
 
-    <|endoftext|>482+39=521\n
+    <|endoftext|>07+45=250\n         (7 + 45 = 052, written backwards)
+
+--format plain writes '7+45=52' (the files before issue 57, byte for byte) and
+--format padded '07+45=052'.
 
 tokenized with the byte-level tokenizer (ids 0..255 = bytes, 256 = EOT).
 
