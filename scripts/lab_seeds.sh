@@ -15,8 +15,9 @@
 # and whether, a run finds the addition table can hang on it (the before recipe ends anywhere
 # from 9% to 88%), so a recipe is judged by its spread, not by one lucky (or unlucky) run.
 #
-# Time (estimated from the step time, 2 runs on 2 quiet Zen 5 cores): the after recipe about a
-# minute a run, the before recipe about 2.5 minutes; 27 seeds about 15 and 35 minutes. Knobs (environment):
+# Time (2 Zen 5 cores, one run per core, at 2026-12-02's step time: about 200 ms a step on one
+# thread): the after recipe about 3.5 minutes a run, the before recipe about 5.5; 27 seeds about
+# 45 and 75 minutes. Knobs (environment):
 #   SEEDS        seeds (default: 1337 and 1-26, 27 runs)
 #   RECIPES      "after", "before" or "after before" (default "after")
 #   PAR          runs at a time (default: the number of cores)
