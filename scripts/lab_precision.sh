@@ -12,14 +12,14 @@
 #      and the step time (the price of recomputation);
 #   3. ZeRO-3 and ZeRO++ (--qwz, --hpz, --qgz) on 4 ranks: the bytes each rank sends per step
 #      beside the formula, memory, and the loss after a few steps.
-# About 10 minutes on 2 CPU cores. Knobs (environment): STEPS (part 1's steps, default 700 of
-# the default job's 1600: by then every format has learned most of the task), EXAMPLES (held-out
-# examples), PARTS (default "1 2 3"), THREADS, OUT.
+# About 10 minutes on 2 CPU cores. Knobs (environment): STEPS (part 1's steps, default 900: the
+# whole default job, which learns the task in fp32 by then; doc/training-tasks.md),
+# EXAMPLES (held-out examples), PARTS (default "1 2 3"), THREADS, OUT.
 #   bash scripts/lab_precision.sh
 #   STEPS=200 PARTS=1 bash scripts/lab_precision.sh      # a quick look at part 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-700}
+STEPS=${STEPS:-900}
 EXAMPLES=${EXAMPLES:-500}
 PARTS=${PARTS:-"1 2 3"}
 THREADS=${THREADS:-0}

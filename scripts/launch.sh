@@ -42,7 +42,7 @@
 # GPU counts are read on this host and assumed the same on every host of the job.
 #
 # The FSDP + TP lab, on whatever this runs on (a laptop: 2 CPU ranks; a 4-GPU node: 4 ranks):
-#   scripts/launch.sh --tp 2 -- ./train_gpt2cpu --sp --zero 3
+#   scripts/launch.sh --tp 2 -- ./train_gpt2cpu --sp --zero 3 --seq 44 --batch 48
 set -u
 
 usage() {

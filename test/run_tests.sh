@@ -82,6 +82,7 @@ suite cp-attention  fast 1 bash test/test_cp_attention.sh
 suite layout        fast 1 "$PY" test/test_layout.py
 suite flag-roles    fast 1 bash test/test_flag_roles.sh
 suite syllabus      fast 1 "$PY" test/test_syllabus.py
+suite recipe        fast 1 "$PY" test/test_recipe.py
 suite sft-data      fast 1 bash test/test_sft.sh
 suite collectives   fast 3 bash test/test_collectives.sh
 suite comm-single   fast 1 ./test_comm_singlecpu

@@ -1,6 +1,7 @@
 """Tests of the dataset scripts in dev/data/: the arithmetic generator is deterministic,
-writes valid llm.c files, its equations are right and its validation pairs never appear in
-training; its SFT splits (shard + loss mask) mask exactly the answers, keep the held-out pairs
+writes valid llm.c files, its equations are right in each format (reversed, the default:
+'07+45=250', every example 11 tokens; padded; plain, the format before issue 57, byte for byte
+what it wrote then) and its validation pairs never appear in training; its SFT splits (shard + loss mask) mask exactly the answers, keep the held-out pairs
 out, and left the pre-training files unchanged; the tinyshakespeare script fails fast with a
 clear message when it is offline.
 Prints PASS/FAIL lines; exits 1 if any failed."""
@@ -64,12 +65,29 @@ with tempfile.TemporaryDirectory() as tmp:
     report("shards hold the requested number of equations", len(train) == 5000 and len(val) == 500,
            f"{len(train)} train, {len(val)} val")
 
-    def parse(e):
+    def parse(e, fmt="reversed"):
         lhs, rhs = e.rstrip("\n").split("=")
         x, y = lhs.split("+")
-        return int(x), int(y), int(rhs)
+        return int(x), int(y), int(rhs[::-1] if fmt == "reversed" else rhs)
     wrong = [e for e in train + val if not e.endswith("\n") or parse(e)[0] + parse(e)[1] != parse(e)[2]]
     report("every equation is correct and ends in a newline", not wrong, f"{len(wrong)} wrong")
+    def canonical(x, y, fmt):
+        """the text the generator must write for x + y in each format"""
+        if fmt == "plain":
+            return f"{x}+{y}={x + y}\n"
+        s = f"{x + y:03d}"
+        return f"{x:02d}+{y:02d}={s[::-1] if fmt == 'reversed' else s}\n"
+    wrong = [e for e in train + val if e != canonical(*parse(e)[:2], "reversed")]
+    report("default format reversed: zero-padded operands, the 3-digit sum units first ('07+45=250')",
+           not wrong and all(len(e) == 10 for e in train + val),
+           f"{len(wrong)} wrong" + (f", e.g. {wrong[0]!r}" if wrong else f", e.g. {train[0]!r}"))
+    for fmt in ("padded", "plain"):
+        r = generate(os.path.join(tmp, fmt), "--format", fmt)
+        docs = equations(read_shard(os.path.join(tmp, fmt, "train_000000.bin")), 256) if r.returncode == 0 else []
+        same_pairs = [parse(e, fmt)[:2] for e in docs] == [parse(e)[:2] for e in train]
+        wrong = [e for e in docs if e != canonical(*parse(e, fmt)[:2], fmt) or sum(parse(e, fmt)[:2]) != parse(e, fmt)[2]]
+        report(f"--format {fmt}: the same pairs in the same order, each written right", docs and same_pairs and not wrong,
+               f"{len(wrong)} wrong" + (f", e.g. {docs[0]!r}" if docs else ""))
     pairs = lambda docs: {tuple(sorted(parse(e)[:2])) for e in docs}  # noqa: E731
     overlap = pairs(train) & pairs(val)
     report("no validation pair (in either order) appears in training", not overlap, f"{len(overlap)} shared")
@@ -111,11 +129,12 @@ with tempfile.TemporaryDirectory() as tmp:
         """mask 1 exactly on the answer: the prompt 'a+b=' is mask 0, the answer '(a+b)\n' mask 1"""
         try:
             x, y = p[:-1].split("+")
-            return ok and p.endswith("=") and ans == f"{int(x) + int(y)}\n" and x.isdigit() and y.isdigit()
+            return ok and p.endswith("=") and ans == canonical(int(x), int(y), "reversed").split("=")[1] and \
+                x.isdigit() and y.isdigit()
         except ValueError:
             return False
     wrong = [e for e in sft_train + sft_val if not sft_right(*e)]
-    report("SFT: mask 0 on EOT + 'a+b=', mask 1 exactly on the answer digits + newline", not wrong,
+    report("SFT: mask 0 on EOT + 'a+b=', mask 1 exactly on the answer digits (reversed) + newline", not wrong,
            f"{len(wrong)} wrong" + (f", e.g. {wrong[0]!r}" if wrong else f", e.g. {sft_train[0][:2]!r}"))
     sft_pairs = lambda ex: {tuple(sorted(map(int, p[:-1].split("+")))) for p, _, _ in ex}  # noqa: E731
     shared = sft_pairs(sft_val) & (pairs(train) | sft_pairs(sft_train))
@@ -133,8 +152,9 @@ with tempfile.TemporaryDirectory() as tmp:
         for f in ("train_000000.bin", "val_000000.bin", "tokenizer.bin"))
     none = not any(f.startswith("sft_") for f in os.listdir(os.path.join(tmp, "nosft")))
     report("pre-training files identical with the SFT output off (which writes no sft_ file)", same and none)
-    digest = lambda f: hashlib.sha256(open(os.path.join(a, f), "rb").read()).hexdigest()[:16]  # noqa: E731
-    report("pre-training files byte-identical to the generator's output before SFT was added",
+    # --format plain is the format before issue 57: the bytes it wrote then
+    digest = lambda f: hashlib.sha256(open(os.path.join(tmp, "plain", f), "rb").read()).hexdigest()[:16]  # noqa: E731
+    report("--format plain: pre-training files byte-identical to the generator's output before SFT was added",
            digest("train_000000.bin") == "a20df2ee215bda4e" and digest("val_000000.bin") == "183d20c209202255",
            f"sha256 {digest('train_000000.bin')}, {digest('val_000000.bin')}")
 

@@ -129,8 +129,8 @@ grep -q "^nothing runs" "$T/bad.out" || fail "no 'nothing runs' line for 4096 de
 # the most devices the flags take, and a count with 240 divisors: the planner enumerates only the meshes
 # that can split the model (tp | heads, cp | T, dp | batch, pp <= layers), so it answers at once (it
 # ran for minutes when it enumerated every factorisation of the count; the timeout only catches a hang)
-bad_plan "a million devices" "^what would: 147456 devices" timeout 60 ./train_gpt2cpu --model gpt2 --plan all --devices 1048576
-bad_plan "720720 devices (240 divisors)" "^what would: " timeout 60 ./train_gpt2cpu --model gpt2 --plan all --devices 720720
+bad_plan "a million devices" "^what would: 147456 devices" timeout 60 ./train_gpt2cpu --model gpt2 --batch 32 --seq 64 --plan all --devices 1048576
+bad_plan "720720 devices (240 divisors)" "^what would: " timeout 60 ./train_gpt2cpu --model gpt2 --batch 32 --seq 64 --plan all --devices 720720
 bad_plan "memory too small for any mesh" "^what would: devices of at least" --model gpt2 --batch 8 --seq 1024 --plan all --devices 8 \
     --device-mem 0.01
 grep -q "^nothing fits" "$T/bad.out" || fail "no 'nothing fits' line for 0.01 GiB"

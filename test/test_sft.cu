@@ -7,7 +7,9 @@
 //   ./test_sftcpu --load PATTERN T B [NRANKS]   sft_loader_init on it (dies on bad input), prints counts
 //   ./test_sftcpu --examples PATTERN            sft_load_examples on it (dies on bad input)
 //   ./test_sftcpu --check-arith PATTERN         every example of dev/data/arithmetic.py's SFT
-//                                      output is "<eot>a+b=" + "(a+b)\n"; the loader packs them all
+//                                      output is "<eot>a+b=" + "(a+b)\n" (its digits in either
+//                                      order: --format reversed writes the units first); the
+//                                      loader packs them all
 // Prints PASS/FAIL per check; exits 1 if any failed. test/test_sft.sh runs every mode.
 #include <vector>
 #include <algorithm>
@@ -385,6 +387,13 @@ static int parse_digits(const std::vector<int>& v, size_t* i, long* out) {
     return *i > s;
 }
 
+// the digits before the newline read units first (--format reversed: "250\n" is 52)
+static long reversed_digits(const std::vector<int>& ans) {
+    long v = 0;
+    for (size_t k = ans.size() - 1; k-- > 0;) { v = v * 10 + (ans[k] - '0'); }
+    return v;
+}
+
 static void check_arith(const char* pattern) {
     std::vector<SFTExample> ex = sft_load_examples(pattern, 256, 0);
     long bad = 0, answer_tokens = 0;
@@ -396,7 +405,8 @@ static void check_arith(const char* pattern) {
         size_t j = 0;
         int ok = e.prompt.size() >= 5 && e.prompt[0] == 256 && parse_digits(e.prompt, &i, &a) && i < e.prompt.size() &&
                  e.prompt[i++] == '+' && parse_digits(e.prompt, &i, &b) && i + 1 == e.prompt.size() && e.prompt[i] == '=' &&
-                 parse_digits(ans, &j, &c) && j + 1 == ans.size() && ans[j] == '\n' && c == a + b;
+                 parse_digits(ans, &j, &c) && j + 1 == ans.size() && ans[j] == '\n' &&
+                 (c == a + b || reversed_digits(ans) == a + b);
         answer_tokens += (long)e.answer.size();
         if (!ok) {
             bad++;
@@ -413,7 +423,7 @@ static void check_arith(const char* pattern) {
         shown += "' + '";
         for (int t : ex[0].answer) { shown += t == '\n' ? std::string("\\n") : std::string(1, (char)t); }
     }
-    report("arithmetic SFT examples: prompt '<eot>a+b=', answer '(a+b)\\n'", !ex.empty() && bad == 0,
+    report("arithmetic SFT examples: prompt '<eot>a+b=', answer '(a+b)\\n' (digits either way)", !ex.empty() && bad == 0,
            std::to_string(ex.size()) + " examples, e.g. '" + shown + "'" + (bad ? ", first bad " + first_bad : ""));
     SFTLoader dl;
     sft_loader_init(&dl, pattern, 8, 64, 0, 1, 257, 256);

@@ -66,8 +66,12 @@ if run sft1 1 $sft && run sft1acc 1 $sft --grad-accum 2; then
 else
     fail "sft: single-rank run failed (see $dir/sft1.out)"
 fi
-# an example longer than the sequence: skipped and counted
-if ./train_gpt2cpu $common --task sft --steps 1 --batch 4 --seq 8 >"$dir/sft_short.out" 2>&1 &&
+# an example longer than the sequence: skipped and counted (on the plain format, whose examples
+# are 7-11 tokens long: the default format's are all 11)
+python3 dev/data/arithmetic.py --format plain --out-dir "$dir/plain" --num-train 100 --num-val 100 \
+    --num-sft-train 2000 --num-sft-val 100 >/dev/null
+if ./train_gpt2cpu $common --task sft --steps 1 --batch 4 --seq 8 --sft-train "$dir/plain/sft_train_*.bin" \
+        --sft-val "$dir/plain/sft_val_*.bin" >"$dir/sft_short.out" 2>&1 &&
    grep -E "examples packed into .* rows of 9 tokens, [1-9][0-9]* skipped" "$dir/sft_short.out" >/dev/null; then
     pass "sft: examples longer than --seq + 1 tokens are skipped and counted ($(grep -o '[0-9]* skipped' "$dir/sft_short.out"))"
 else

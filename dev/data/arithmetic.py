@@ -2,9 +2,14 @@
 The project's default dataset: small integer arithmetic, fully offline and
 deterministic (same arguments -> byte-identical files).
 
-Each document is the end-of-text token followed by one equation line:
+Each document is the end-of-text token followed by one equation line, by
+default (--format reversed) with zero-padded operands and the sum's digits
+units first, so that every 2-digit example is 11 tokens:
 
-    <|endoftext|>482+39=521\n
+    <|endoftext|>07+45=250\n         (7 + 45 = 052, written backwards)
+
+--format plain writes '7+45=52' (the files before issue 57, byte for byte) and
+--format padded '07+45=052'.
 
 tokenized with the byte-level tokenizer (ids 0..255 = bytes, 256 = EOT).
 
@@ -101,12 +106,35 @@ def pair_split(a, b):
 # ----------------------------------------------------------------------------
 # examples
 
-def format_example(a, b, op):
-    """The (prompt, answer) strings of one equation, e.g. ('482+39=', '521\\n')."""
-    return f"{a}{op}{b}=", f"{OPS[op](a, b)}\n"
+FORMATS = ("plain", "padded", "reversed")
 
 
-def generate_pairs(op, digits, n, seed, split, stream=""):
+def answer_width(op, digits):
+    """Digits of the longest possible result: a sum has one more than its operands."""
+    return {"+": digits + 1, "-": digits, "*": 2 * digits}[op]
+
+
+def format_example(a, b, op, fmt="plain", digits=2):
+    """The (prompt, answer) strings of one equation.
+
+    plain:    ('482+39=', '521\\n'), numbers as they are written
+    padded:   ('482+039=', '0521\\n'), operands and result zero-padded to fixed widths, so
+              every example has the same length and each digit a fixed place
+    reversed: ('482+039=', '1250\\n'), padded, the result written units first (the order in
+              which the carries are computed)
+    """
+    c = OPS[op](a, b)
+    if fmt == "plain":
+        return f"{a}{op}{b}=", f"{c}\n"
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {list(FORMATS)}")
+    ans = str(c).zfill(answer_width(op, digits))
+    if fmt == "reversed":
+        ans = ans[::-1]
+    return f"{a:0{digits}d}{op}{b:0{digits}d}=", ans + "\n"
+
+
+def generate_pairs(op, digits, n, seed, split, stream="", fmt="plain"):
     """Yield n (prompt, answer) pairs of the given split ('train' or 'val').
 
     Operands are uniform in [0, 10**digits); for '-' they are swapped when
@@ -145,7 +173,7 @@ def generate_pairs(op, digits, n, seed, split, stream=""):
         if pair_split(a, b) != split:
             continue
         produced += 1
-        yield format_example(a, b, op)
+        yield format_example(a, b, op, fmt, digits)
 
 
 # ----------------------------------------------------------------------------
@@ -174,7 +202,7 @@ def pretrain_tokens(pairs):
 def build_pretrain_split(split, args):
     """Generate one split; returns (tokens, number of examples, first text)."""
     n = args.num_train if split == "train" else args.num_val
-    pairs = generate_pairs(args.op, args.digits, n, args.seed, split)
+    pairs = generate_pairs(args.op, args.digits, n, args.seed, split, fmt=args.format)
     return pretrain_tokens(pairs)
 
 
@@ -208,7 +236,7 @@ def sft_tokens(pairs):
 def build_sft_split(split, args):
     """Generate one SFT split; returns (tokens, mask, number of examples, first text)."""
     n = args.num_sft_train if split == "train" else args.num_sft_val
-    pairs = generate_pairs(args.op, args.digits, n, args.seed, split, stream="sft")
+    pairs = generate_pairs(args.op, args.digits, n, args.seed, split, stream="sft", fmt=args.format)
     return sft_tokens(pairs)
 
 
@@ -221,6 +249,9 @@ def parse_args(argv=None):
                    help="operation: '+', '-' (a-b with a>=b) or '*' (default '+')")
     p.add_argument("--digits", type=int, default=2,
                    help="operands are uniform in [0, 10**digits) (default 2)")
+    p.add_argument("--format", default="reversed", choices=FORMATS,
+                   help="how an example is written: plain (7+45=52), padded (07+45=052) or "
+                        "reversed (07+45=250: padded, the result units first) (default reversed)")
     p.add_argument("--seed", type=int, default=1337,
                    help="random seed for sampling (default 1337); the "
                         "train/val split of pairs does not depend on it")

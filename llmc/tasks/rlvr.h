@@ -133,7 +133,7 @@ static inline void rlvr_init(Task* t) {
         // the same shard as the policy, computed by the same ops (tensor parallelism's, with its
         // collectives): at step 1 both give the same log p bit for bit, so p_ref / p = 1 exactly
         if (a->load) { gpt2_load_checkpoint_shard(&r->ref_model, a->load, &model->place); }
-        else { gpt2_build_shard(&r->ref_model, cfg, &model->place); gpt2_init_random(&r->ref_model, (uint64_t)a->seed); }
+        else { gpt2_build_shard(&r->ref_model, cfg, &model->place); gpt2_init_random(&r->ref_model, (uint64_t)a->seed, a->init_std); }
         gpt2_allocate_activations(&r->ref_model, t->B, T);
         r->ref_model.ops = model->ops;
         rl->ref = &r->ref_model;

@@ -74,5 +74,5 @@ static inline void gpt2_from_args(GPT2* model, const TrainArgs* a, PlaceFn place
         return;
     }
     gpt2_build_shard(model, &cfg, &p);
-    gpt2_init_random(model, (uint64_t)a->seed);
+    gpt2_init_random(model, (uint64_t)a->seed, a->init_std);
 }

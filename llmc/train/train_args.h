@@ -21,6 +21,7 @@ typedef struct {
     float lr, lr_final_frac;
     int warmup;
     float weight_decay, beta1, beta2, eps, clip;
+    float init_std;
     int seed;
     int eval_every, eval_batches, accuracy;
     int sample_every, sample_len, top_k;
@@ -106,12 +107,15 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
     a->train_data = "data/arithmetic/train_*.bin";
     a->val_data = "data/arithmetic/val_*.bin";
     a->tokenizer = "data/arithmetic/tokenizer.bin";
-    a->batch = 32; a->seq = 64; a->grad_accum = 1; a->steps = 1600;
+    // the default job (doc/training-tasks.md, "A default job that learns on every seed"): one
+    // 11-token example per row, GPT-2 init scaled to the width (--init-std 0.1), 900 steps
+    a->batch = 192; a->seq = 11; a->grad_accum = 1; a->steps = 900;
     a->lr = 4e-3f; a->lr_final_frac = 0.1f; a->warmup = 50;
     a->weight_decay = 0.1f; a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f; a->clip = 1.0f;
+    a->init_std = 0.1f;
     a->seed = 1337;
-    a->eval_every = 200; a->eval_batches = 8; a->accuracy = 500;
-    a->sample_every = 400; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
+    a->eval_every = 100; a->eval_batches = 8; a->accuracy = 500;
+    a->sample_every = 200; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
     a->tp = 1;
     a->pp = 1; a->pp_schedule = "1f1b";
     a->cp = 1; a->cp_algo = "ring"; a->cp_split = "zigzag";
@@ -121,7 +125,8 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
     a->sft_train = "data/arithmetic/sft_train_*.bin";
     a->sft_val = "data/arithmetic/sft_val_*.bin";
     a->prompts = "data/arithmetic/sft_train_*.bin";
-    a->group = 8; a->max_new = 8; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
+    // --max-new 5: a default prompt (7 tokens) + 5 - 1 fits the default --seq 11 (an answer is 4)
+    a->group = 8; a->max_new = 5; a->rl_mode = "grpo"; a->reward = "exact"; a->kl = 0.0f;
     a->on_nan = "stop";
     // A hung rank ends the job by default, naming the rank, instead of holding every device until the
     // scheduler's limit: 10 minutes, PyTorch's default for its NCCL collectives, far above the longest
@@ -156,6 +161,7 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
         {"beta2", ARG_FLOAT, &a->beta2, "AdamW beta2"},
         {"eps", ARG_FLOAT, &a->eps, "AdamW epsilon"},
         {"clip", ARG_FLOAT, &a->clip, "clip the global gradient norm to this, 0 = off"},
+        {"init-std", ARG_FLOAT, &a->init_std, "std of the initial weights (residual projections: / sqrt(2 layers)); GPT-2's is 0.02"},
         {"seed", ARG_INT, &a->seed, "seed of the initial weights and of sampling"},
         {"eval-every", ARG_INT, &a->eval_every, "validation interval in steps, 0 = only at the end"},
         {"eval-batches", ARG_INT, &a->eval_batches, "validation batches per evaluation"},

@@ -171,6 +171,7 @@ static inline void train_args_check(TrainArgs* a) {
     if (a->batch % a->grad_accum != 0) {
         die("--batch %d is not divisible by --grad-accum %d", a->batch, a->grad_accum);
     }
+    if (!(a->init_std > 0)) { die("--init-std must be > 0"); }
     if (a->lr < 0 || a->weight_decay < 0 || a->clip < 0 || a->temperature < 0) {
         die("--lr, --weight-decay, --clip and --temperature must be >= 0");
     }
