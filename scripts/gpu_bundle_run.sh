@@ -382,10 +382,10 @@ mpi() {
     local Q="--steps $steps --eval-every 0 --sample-every 0 --accuracy 0 --lr 1e-3 --warmup 2 --grad-accum 2${RUN_BIN_DIR:+ --threads 1}"
     local DENSE="--layers 4 --heads 4 --channels 64 --max-seq 32 --batch 8 --seq 16"
     local MOE="--layers 2 --heads 4 --channels 64 --max-seq 32 --batch 4 --seq 32 --moe-experts 4 --moe-topk 2 --moe-every 1 --moe-capacity 1.0"
-    if [ -n "${RUN_BIN_DIR:-}" ]; then   # the emulator: half the width and the batch, head size 16 (the same splits)
-        DENSE="--layers 4 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16"
-        MOE="--layers 2 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16 --moe-experts 4 --moe-topk 2 --moe-every 1 --moe-capacity 1.0"
-    fi
+    # the emulator: the dense model at half the width and batch, head size 16 (the same splits); the
+    # MoE model as it is (the shape test/test_emu_moe.sh holds to these tolerances: at C 32 the bf16
+    # router's near-ties moved a gradient norm by 4.3e-3 on the arithmetic data)
+    [ -n "${RUN_BIN_DIR:-}" ] && DENSE="--layers 4 --heads 2 --channels 32 --max-seq 32 --batch 4 --seq 16"
     # the one-rank references, each binary and model, run when a row first needs them
     local refs_run=() ref_ok=()
     local entry label np model flags tag wire tol_l tol_n e k el en r
