@@ -377,7 +377,7 @@ mpi() {
         if [ -n "$missing" ]; then row "MPI programs" FAIL "$(basename "$b") needs ${missing% } and it is not found ($([ "$mpi_choice" = bundled ] && echo "the bundle's mpi/lib is incomplete: make gpu-bundle again" || echo "module load nccl, or LD_LIBRARY_PATH"))"; return; fi
     done
     say "MPI: $MPI_NOTE"
-    row "MPI" info "$MPI_NOTE; $(grep -c . <<<"$(printf '%s\n' "${MPI_ROWS[@]}" | grep -E "${RUN_MPI_ROWS:-.}")") strategies x fp32, bf16"
+    row "MPI" info "$MPI_NOTE; $(printf '%s\n' "${MPI_ROWS[@]}" | cut -d'|' -f1 | grep -cE "${RUN_MPI_ROWS:-.}") strategies x fp32, bf16"
     local ngpu; ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
     [ -n "${RUN_BIN_DIR:-}" ] && ngpu=1   # the emulator: one emulated GPU that every rank shares
     local steps=6; [ -n "${RUN_BIN_DIR:-}" ] && steps=3   # emulated: fewer steps
