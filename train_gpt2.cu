@@ -25,6 +25,7 @@
 #include "llmc/tasks/tasks.h"
 #include "llmc/train/state_load.h"
 #include "llmc/train/state_save.h"
+#include "llmc/train/data_ahead.h"
 #include "llmc/train/loss_scale.h"
 
 int main(int argc, char** argv) {
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
             break;
         }
         if (last) { break; }
+        train_data_ahead(&state, step, &sample_rng);   // a bad shard the step would read: the state saved, every rank ends
 
         double t0 = wall_seconds();
         profile_step_begin(step > 0);   // --profile records every step but the first (llmc/profile.h)
@@ -118,11 +120,8 @@ int main(int argc, char** argv) {
     }
 
     // ---- the end
-    if (timed_steps > 0) {
-        double s = timed_seconds / timed_steps;
-        char tps[32];
-        printf("average step (excluding the first): %.1f ms | %s tok/s | %.1f GFLOP/s | %d threads\n", s * 1e3,
-               with_commas(args.batch * T / s, tps, sizeof(tps)), flops_per_step / s * 1e-9, backend_num_threads());
+    if (timed_steps > 0) {   // the mean step (llmc/train/log.h), the plan's communication (parallel_plan_report.h)
+        print_average_step(timed_seconds, timed_steps, (double)args.batch * T, flops_per_step, backend_num_threads());
         plan_print_summary(&plan, timed_steps);
     }
     if (logf) { fclose_and_rename(logf, log_tmp, args.log); }

@@ -122,6 +122,8 @@ PERTURBATIONS = [
     ("a tokenizer with trailing bytes accepted", "llmc/data/tokenizer.h", "expr", "size != end", "0"),
     ("an SFT mask without an answer accepted", "llmc/data/sft_shards.h", "expr", "memchr(mask->data(), 1, n) == NULL", "0"),
     ("the shards' tokens not checked up front", "llmc/data/token_shards.h", "expr", "total <= DATALOADER_CHECK_ALL_TOKENS", "0"),
+    ("the shards ahead not checked at the step's boundary", "llmc/train/data_ahead.h", "expr", 't->look_ahead ? t->look_ahead(t) : ""', '""'),
+    ("the shards' sizes not checked up front", "llmc/data/token_shards.h", "expr", "n < need", "0"),
     # test/test_planner.sh
     ("ZeRO-2 keeps the whole gradient", "llmc/parallel/dp_accounting.h", "stmt",
      "dp_formula_rows(dp, out, a * dp->psi, a * dp->psi_pad / dp->N, dp->psi_pad / dp->N);",

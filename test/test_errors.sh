@@ -76,6 +76,16 @@ put("sftnoans_000000.mask", mask[:1024] + bytes(len(mask) - 1024))
 # every shard is read up front: a 2-step run never reaches it)
 put("late_000000.bin", open(f"{d}/data/train_000000.bin", "rb").read())
 put("late_000001.bin", struct.pack("<3i", 20240520, 1, 100) + b"\0" * (1024 - 12) + struct.pack("<100H", *([65] * 99 + [300])))
+# more than 2^26 tokens (checked as the run reaches them): three global micro-batches of 4 x 16, a
+# shard with token 300 at 199, and 2^26 tokens of 0 that take no disk (sparse)
+n0 = 3 * 4 * 16 + 1
+put("later_000000.bin", struct.pack("<3i", 20240520, 1, n0) + b"\0" * (1024 - 12) + open(f"{d}/data/train_000000.bin", "rb").read()[1024:1024 + 2 * n0])
+put("later_000001.bin", struct.pack("<3i", 20240520, 1, 200) + b"\0" * (1024 - 12) + struct.pack("<200H", *([65] * 199 + [300])))
+with open(f"{i}/later_000002.bin", "wb") as f:
+    f.write(struct.pack("<3i", 20240520, 1, 1 << 26) + b"\0" * (1024 - 12))
+    f.truncate(1024 + 2 * (1 << 26))
+put("lshort_000000.bin", open(f"{d}/data/train_000000.bin", "rb").read())                          # a later shard too short
+put("lshort_000001.bin", struct.pack("<3i", 20240520, 1, 20) + b"\0" * (1024 - 12) + struct.pack("<20H", *([65] * 20)))
 # checkpoint headers that claim another shape than the file holds
 h = list(hdr); h[4] = 10**9; put("ck_layers.bin", with_header(h))                                 # 10^9 layers
 h = list(hdr); h[4] = 100; put("ck_deep.bin", with_header(h))                                     # 100 layers, 2 in the file
@@ -243,6 +253,8 @@ PERTURBED = [
     ("a tokenizer with trailing bytes accepted", "a tokenizer with bytes after its tokens"),
     ("an SFT mask without an answer accepted", "an SFT training mask without an answer token"),
     ("the shards' tokens not checked up front", "a bad token in a shard the run would reach later"),
+    ("the shards ahead not checked at the step's boundary", "a bad token in a shard the run reaches mid-run (a set of more than 2^26 tokens)"),
+    ("the shards' sizes not checked up front", "a later shard shorter than one batch"),
 ]
 PERTURBED_BIN, PERTURBED_SRC = "build/perturbed/train_gpt2cpu", "build/perturbed/src"
 BASE = shlex.split("--train-data 'data/train_*.bin' --val-data 'data/val_*.bin' --tokenizer data/tokenizer.bin "

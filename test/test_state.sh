@@ -15,6 +15,7 @@
 #   - the directory: a save that a later save replaced is removed, a crashed save's .tmp
 #     directory is ignored, a full disk (ulimit -f) fails the save on every rank and keeps the
 #     previous state, from which the run then resumes bit-exactly;
+#   - bad data found mid-run: the state saved before the step that would read it; fixed, resumed exactly;
 #   - bad state directories: no 'latest', an incomplete step directory, a corrupt and a
 #     truncated rank file, another model's or another run's state: one line, every rank exits
 #     non-zero, no hang;
@@ -229,6 +230,42 @@ if ./train_gpt2cpu $D $MODEL $QUIET --steps 2 --save-state "$L" >"$T/lock-stale.
     pass "a stale lock (process $dead, gone) taken over with a line; the run saved its state and released the lock"
 else
     fail "a stale lock taken over" "$(grep -m2 'lock\|error' "$T/lock-stale.out")"
+fi
+
+# ---- bad data found mid-run (llmc/train/data_ahead.h): a dataset of more than 2^26 tokens (its third
+# shard sparse) is checked as the run reaches it. Its second shard, reached at step 4, holds a token
+# outside the vocabulary: both ranks stop before step 4 naming it, the state of step 3 saved; the
+# shard fixed (same length), the resumed run's --log is the bytes of a whole run on the fixed data.
+W="$T/late"
+rm -rf "$W"
+mkdir -p "$W/data" "$W/fixed"
+python3 - "$T/data/train_000000.bin" "$W" <<'PY'
+import struct, sys
+src, w = sys.argv[1], sys.argv[2]
+head = lambda n: struct.pack("<3i", 20240520, 1, n) + bytes(1024 - 12)
+n0 = 3 * 8 * 32 + 1                                     # three global micro-batches of 8 x 32, and the last target
+tokens = open(src, "rb").read()[1024:1024 + 2 * n0]
+for d, last in (("data", 300), ("fixed", 65)):
+    open(f"{w}/{d}/late_000000.bin", "wb").write(head(n0) + tokens)
+    open(f"{w}/{d}/late_000001.bin", "wb").write(head(300) + struct.pack("<300H", *([65] * 299 + [last])))
+    with open(f"{w}/{d}/late_000002.bin", "wb") as f:   # 2^26 tokens of 0, none of them on disk
+        f.write(head(1 << 26))
+        f.truncate(1024 + 2 * (1 << 26))
+PY
+LATE="--val-data $T/data/val_*.bin $MODEL $QUIET --steps 6"
+# shellcheck disable=SC2086
+$MPIRUN -np 2 --tag-output ./train_gpt2cpu --train-data "$W/data/late_*.bin" $LATE --save-state "$W/S" >"$W/stop.out" 2>&1
+rc=$?
+cp "$W/fixed/late_000001.bin" "$W/data/"
+# shellcheck disable=SC2086
+if [ $rc != 0 ] && grep -q "error: \[rank 0\] '$W/data/late_000001.bin': token 300 at position 299 is outside the model's vocabulary of 257: found before step 4, which would read it; the training state is saved in '$W/S' (step 3)" "$W/stop.out" &&
+   [ "$(cat "$W/S/latest" 2>/dev/null)" = step-00000003 ] &&
+   $MPIRUN -np 2 ./train_gpt2cpu --train-data "$W/data/late_*.bin" $LATE --resume "$W/S" --log "$W/b.log" >"$W/b.out" 2>&1 &&
+   $MPIRUN -np 2 ./train_gpt2cpu --train-data "$W/fixed/late_*.bin" $LATE --log "$W/a.log" >"$W/a.out" 2>&1 &&
+   cmp -s "$W/a.log" "$W/b.log" && [ "$(wc -l <"$W/b.log")" -eq 6 ]; then
+    pass "a bad token found mid-run (shard 2 of a 2^26-token set): exit $rc before step 4 with step 3 saved; fixed and resumed, the --log is the whole run's"
+else
+    fail "a bad token found mid-run (exit $rc, latest: $(cat "$W/S/latest" 2>/dev/null))" "$(grep -h -m2 error "$W"/*.out)"
 fi
 
 # ---- the tests can fail: a resume that forgets part of the state must differ

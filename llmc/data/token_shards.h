@@ -9,6 +9,7 @@
 #pragma once
 
 #include <glob.h>
+#include <string>
 #include "../common.h"
 
 #define SHARD_MAGIC 20240520
@@ -24,6 +25,9 @@ typedef struct {
     size_t pos;            // token index where the current global micro-batch starts
     uint16_t* tokens;      // the current shard
     size_t num_tokens;
+    int ahead;             // a shard read and checked ahead (dataloader_look_ahead), or -1
+    uint16_t* ahead_tokens;
+    size_t ahead_num;
     int* inputs;           // (B, T), host
     int* targets;          // (B, T), host
 } DataLoader;
@@ -47,25 +51,40 @@ static inline size_t shard_check(const char* path, FILE** f_out) {
     return n;
 }
 
-static inline void dataloader_load_shard(DataLoader* dl, int shard) {
+// Read a shard's tokens (header and size checked) into a new buffer; *bad is the first token
+// outside the vocabulary, or n when there is none.
+static inline uint16_t* dataloader_read_shard(const DataLoader* dl, int shard, size_t* n_out, size_t* bad) {
     const char* path = dl->files.gl_pathv[shard];
     FILE* f;
     size_t n = shard_check(path, &f);
-    size_t need = (size_t)dl->nranks * dl->B * dl->T + 1;
-    if (n < need) {
-        die("'%s' has %zu tokens, fewer than one batch needs (%d ranks x %d x %d + 1 = %zu)", path, n,
-            dl->nranks, dl->B, dl->T, need);
-    }
-    free(dl->tokens);
-    dl->tokens = (uint16_t*)malloc(n * sizeof(uint16_t));
-    fread_or_die(dl->tokens, sizeof(uint16_t), n, f, path);
+    if (n < (size_t)dl->nranks * dl->B * dl->T + 1) { die("'%s' shrank to %zu tokens since the run started, fewer than one batch", path, n); }
+    uint16_t* tokens = (uint16_t*)malloc(n * sizeof(uint16_t));
+    fread_or_die(tokens, sizeof(uint16_t), n, f, path);
     fclose(f);
-    for (size_t i = 0; i < n; i++) {
-        if (dl->tokens[i] >= dl->vocab_size) {
-            die("'%s': token %u at position %zu is outside the model's vocabulary of %d", path,
-                dl->tokens[i], i, dl->vocab_size);
-        }
+    for (*bad = 0; *bad < n && tokens[*bad] < dl->vocab_size;) { ++*bad; }
+    *n_out = n;
+    return tokens;
+}
+
+static inline std::string dataloader_bad_token(const DataLoader* dl, int shard, const uint16_t* tokens, size_t i) {
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "'%s': token %u at position %zu is outside the model's vocabulary of %d", dl->files.gl_pathv[shard],
+             tokens[i], i, dl->vocab_size);
+    return msg;
+}
+
+static inline void dataloader_load_shard(DataLoader* dl, int shard) {
+    size_t n, bad;
+    uint16_t* tokens;
+    if (shard == dl->ahead) {   // read and checked at the step's boundary
+        tokens = dl->ahead_tokens, n = bad = dl->ahead_num;
+        dl->ahead = -1, dl->ahead_tokens = NULL;
+    } else {
+        tokens = dataloader_read_shard(dl, shard, &n, &bad);
     }
+    if (bad < n) { die("%s", dataloader_bad_token(dl, shard, tokens, bad).c_str()); }
+    free(dl->tokens);
+    dl->tokens = tokens;
     dl->num_tokens = n;
     dl->shard = shard;
     dl->pos = 0;
@@ -78,14 +97,20 @@ static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, i
     dl->rank = rank;
     dl->nranks = nranks;
     dl->vocab_size = vocab_size;
+    dl->ahead = -1;
     if (glob(pattern, 0, NULL, &dl->files) != 0 || dl->files.gl_pathc == 0) {
         die("no token shards match '%s' (the default dataset: python3 dev/data/arithmetic.py)", pattern);
     }
-    size_t total = 0;
-    for (size_t i = 0; i < dl->files.gl_pathc; i++) {   // check every header up front
+    size_t total = 0, need = (size_t)nranks * B * T + 1;
+    for (size_t i = 0; i < dl->files.gl_pathc; i++) {   // check every header and size up front
         FILE* f;
-        total += shard_check(dl->files.gl_pathv[i], &f);
+        size_t n = shard_check(dl->files.gl_pathv[i], &f);
         fclose(f);
+        if (n < need) {
+            die("'%s' has %zu tokens, fewer than one batch needs (%d ranks x %d x %d + 1 = %zu)", dl->files.gl_pathv[i], n,
+                nranks, B, T, need);
+        }
+        total += n;
     }
     dl->inputs = (int*)malloc((size_t)B * T * sizeof(int));
     dl->targets = (int*)malloc((size_t)B * T * sizeof(int));
@@ -120,6 +145,34 @@ static inline void dataloader_next_batch(DataLoader* dl) {
     dl->pos += global;
 }
 
+// Big data (more than 2^26 tokens) is checked as the run reaches it: before a step, the shards
+// its n micro-batches would move into (dataloader_next_batch's walk) are read and their tokens
+// checked, the first kept for the step. "" when they are good, else what is wrong: the trainer then
+// ends the run at the step's boundary, with the training state saved (llmc/train/data_ahead.h).
+static inline std::string dataloader_look_ahead(DataLoader* dl, int n) {
+    size_t global = (size_t)dl->nranks * dl->B * dl->T, pos = dl->pos, num = dl->num_tokens;
+    int shard = dl->shard;
+    for (int i = 0; i < n; i++) {
+        if (pos + global + 1 > num) {
+            int next = (shard + 1) % (int)dl->files.gl_pathc;
+            pos = 0;
+            if (next == shard) { continue; }
+            shard = next;
+            if (shard == dl->ahead) { num = dl->ahead_num; continue; }
+            size_t bad;
+            uint16_t* tokens = dataloader_read_shard(dl, shard, &num, &bad);
+            if (bad < num) {
+                std::string why = dataloader_bad_token(dl, shard, tokens, bad);
+                free(tokens);
+                return why;
+            }
+            if (dl->ahead < 0) { dl->ahead = shard, dl->ahead_tokens = tokens, dl->ahead_num = num; } else { free(tokens); }
+        }
+        pos += global;
+    }
+    return "";
+}
+
 // Back to a saved position (the training state): shard `shard`, global micro-batch starting at pos.
 static inline void dataloader_seek(DataLoader* dl, size_t shard, size_t pos, const char* where) {
     if (shard >= dl->files.gl_pathc) {
@@ -136,6 +189,7 @@ static inline void dataloader_seek(DataLoader* dl, size_t shard, size_t pos, con
 static inline void dataloader_free(DataLoader* dl) {
     globfree(&dl->files);
     free(dl->tokens);
+    free(dl->ahead_tokens);
     free(dl->inputs);
     free(dl->targets);
 }

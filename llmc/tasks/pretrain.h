@@ -48,6 +48,10 @@ static inline float pretrain_begin_step(Task* t, int step) {
     return 1.0f / ((float)(t->args->batch / t->plan->ndp) * T);
 }
 
+static inline std::string pretrain_look_ahead(Task* t) {
+    return t->args->bench ? "" : dataloader_look_ahead(&((PretrainTask*)t->self)->train, t->args->grad_accum);
+}
+
 static inline void pretrain_free(Task* t) {
     PretrainTask* p = (PretrainTask*)t->self;
     if (!t->args->bench) { dataloader_free(&p->train); dataloader_free(&p->val); }
@@ -100,4 +104,5 @@ static inline void pretrain_init(Task* t) {
     t->free = pretrain_free;
     t->get_position = pretrain_get_position;
     t->set_position = pretrain_set_position;
+    t->look_ahead = pretrain_look_ahead;
 }

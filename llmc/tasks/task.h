@@ -76,6 +76,8 @@ typedef struct Task {
     // the training state: where the task's data stands (save), and back there (resume)
     void (*get_position)(struct Task* t, Position* p);
     void (*set_position)(struct Task* t, const Position* p, const char* where);
+    // optional: what is wrong with the data the next step would read, "" when nothing (pretrain: big shards)
+    std::string (*look_ahead)(struct Task* t);
 } Task;
 
 static inline MicroBatch task_micro_batch(void* ctx, int i) { return ((Task*)ctx)->micro[i]; }

@@ -29,3 +29,11 @@ static inline void print_step_line(int step, int steps, float loss, float norm, 
     else { printf("MFU n/a\n"); }
     fflush(stdout);
 }
+
+// After the run: the mean of the timed steps (every step but the first, which warms caches up)
+static inline void print_average_step(double seconds, int steps, double tokens, double flops, int threads) {
+    double s = seconds / steps;
+    char tps[32];
+    printf("average step (excluding the first): %.1f ms | %s tok/s | %.1f GFLOP/s | %d threads\n", s * 1e3,
+           with_commas(tokens / s, tps, sizeof(tps)), flops / s * 1e-9, threads);
+}
