@@ -5,10 +5,11 @@
 // about the ranks is in the plan (llmc/train/parallel_plan.h), everything about the data and the loss
 // in the task (llmc/tasks/task.h, llmc/tasks/). One optimizer step (doc/architecture.md):
 //   task.begin_step   this step's micro-batches (and the loss scale dloss)
-//   plan_zero_grad    gradients to zero (wherever the placement keeps them)
-//   plan.step.run     forward, loss, backward of each micro-batch (llmc/train/step.h; the ops and
+//   train_step:
+//     plan_zero_grad  gradients to zero (wherever the placement keeps them)
+//     plan.step.run   forward, loss, backward of each micro-batch (llmc/train/step.h; the ops and
 //                     placement hooks run inside the passes)
-//   plan_update       clip and AdamW on what this rank owns; parameters back in sync
+//     plan_update     clip and AdamW on what this rank owns; parameters back in sync
 // Evaluation, samples and checkpoints happen before a step (and once after the last one: task_between_steps).
 #include "llmc/common.h"
 #include "llmc/train/train_args_check.h"
@@ -27,6 +28,17 @@
 #include "llmc/train/state_save.h"
 #include "llmc/train/data_ahead.h"
 #include "llmc/train/loss_scale.h"
+
+// One optimizer step on the task's micro-batches (begin_step fetched them): gradients to zero,
+// forward, loss and backward of each micro-batch, clip and AdamW. Returns the step's loss (the
+// task's, the mean over the ranks); *norm is the gradient norm before clipping.
+static float train_step(Plan* plan, GPT2* model, Task* task, int grad_accum, float dloss, float lr, float* norm) {
+    plan_zero_grad(plan);
+    MicroBatchSource batches = task_batches(task);
+    float loss = plan->step.run(plan->step.ctx, model, &batches, grad_accum, dloss);
+    *norm = plan_update(plan, lr);
+    return task->step_loss(task, plan_mean(plan, loss));
+}
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   // line-buffered, also when piped into a log file
@@ -92,12 +104,8 @@ int main(int argc, char** argv) {
         profile_step_begin(step > 0);   // --profile records every step but the first (llmc/profile.h)
         float dloss = guard_dloss(&guard, step, task.begin_step(&task, step));   // progress mark, --on-nan, --fault
         dloss = loss_scale_dloss(&scaler, &model, dloss);   // x S (1 without --loss-scale)
-        plan_zero_grad(&plan);
-        MicroBatchSource batches = task_batches(&task);
-        float loss = plan.step.run(plan.step.ctx, &model, &batches, args.grad_accum, dloss);
-        float lr = lr_at_step(step, args.steps, args.lr, args.warmup, args.lr_final_frac);
-        float norm = plan_update(&plan, lr);
-        loss = task.step_loss(&task, plan_mean(&plan, loss));
+        float lr = lr_at_step(step, args.steps, args.lr, args.warmup, args.lr_final_frac), norm;
+        float loss = train_step(&plan, &model, &task, args.grad_accum, dloss, lr, &norm);
         backend_synchronize();
         double dt = wall_seconds() - t0;
         profile_step_end(dt);
