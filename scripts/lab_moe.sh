@@ -261,7 +261,7 @@ active() { sed -n 's/^moe params .* \([0-9]*\) active per token.*/\1/p' "$OUT/$1
 echo
 echo "## (c) Dense against MoE at equal active parameters (the default task, $C_STEPS steps)"
 echo
-echo "The default job shortened to $C_STEPS steps (batch 32 x 64, lr 4e-3 cosine, the arithmetic sums). MoE: top-1 of 4 experts"
+echo "The default job shortened to $C_STEPS steps (its batch, lr and cosine schedule, the arithmetic sums). MoE: top-1 of 4 experts"
 echo "in blocks 1, 3, 5, each expert the dense MLP's size, capacity 1.25, aux 0.01. Active: parameters a token runs through."
 echo "Accuracy: greedy exact match on $C_ACC held-out sums."
 echo

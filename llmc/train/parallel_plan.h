@@ -64,6 +64,7 @@ typedef struct {
     Fp8 fp8;                // --fp8: the blocks' linear entries wrapped in FP8 quantisation (llmc/model/fp8_linear.h)
     GPT2* model;
     GPT2Step step;          // the order of the passes over micro-batches
+    float beta1, beta2, eps, weight_decay, clip;   // AdamW's and the clipping's, from the flags (plan_update)
     double comm_total, exposed_total;   // data-parallel communication over the timed steps
     size_t mem_start[MEM_NCAT];         // the data-parallel memory table's measured figures (for --plan-check)
 } Plan;
@@ -80,6 +81,8 @@ typedef void (*MeshChoice)(TrainArgs* args, int world);
 static inline void plan_init(Plan* plan, int* argc, char*** argv, TrainArgs* args, MeshChoice choose_mesh) {
     // (no memset: DataParallel holds C++ members, a thread and queues, already constructed)
     plan->args = args;
+    plan->beta1 = args->beta1, plan->beta2 = args->beta2, plan->eps = args->eps;
+    plan->weight_decay = args->weight_decay, plan->clip = args->clip;
     plan->model = NULL;
     plan->use_dp = 0;
     plan->dp_rank = 0;
@@ -253,9 +256,9 @@ static inline void plan_zero_grad(Plan* plan) {
 static inline int plan_whole_model(const Plan* plan) { return plan->npp == 1 && plan->ncp == 1 && plan->nep == 1; }
 
 static inline float plan_update(Plan* plan, float lr) {
-    const TrainArgs* a = plan->args;
-    if (plan->use_dp) { return dp_update(&plan->dp, lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip); }
-    return gpt2_update(plan->model, lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip);
+    const Plan* p = plan;
+    if (p->use_dp) { return dp_update(&plan->dp, lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->clip); }
+    return gpt2_update(plan->model, lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->clip);
 }
 
 // sum of a value over the data-parallel ranks, the dp x cp group with context parallelism (the
