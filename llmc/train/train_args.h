@@ -110,7 +110,7 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
     // the default job (doc/training-tasks.md, "A default job that learns on every seed"): one
     // 11-token example per row, GPT-2 init scaled to the width (--init-std 0.1), 900 steps
     a->batch = 192; a->seq = 11; a->grad_accum = 1; a->steps = 900;
-    a->lr = 2e-3f; a->lr_final_frac = 0.1f; a->warmup = 50;
+    a->lr = 4e-3f; a->lr_final_frac = 0.1f; a->warmup = 50;
     a->weight_decay = 0.1f; a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f; a->clip = 1.0f;
     a->init_std = 0.1f;
     a->seed = 1337;
