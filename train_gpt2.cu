@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
         profile_step_begin(step > 0);   // --profile records every step but the first (llmc/profile.h)
         float dloss = guard_dloss(&guard, step, task.begin_step(&task, step));   // progress mark, --on-nan, --fault
         dloss = loss_scale_dloss(&scaler, &model, dloss);   // x S (1 without --loss-scale)
+        plan_step_begin(&plan);   // the strategies' per-step statistics from zero (after RLVR's rollouts)
         float lr = lr_at_step(step, args.steps, args.lr, args.warmup, args.lr_final_frac), norm;
         float loss = train_step(&plan, &model, &task, args.grad_accum, dloss, lr, &norm);
         backend_synchronize();

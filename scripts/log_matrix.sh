@@ -49,12 +49,12 @@ run dp3_zero1_offload 3 train_gpt2cpu $DPX --zero 1 --offload
 run dp3_zero2_offload 3 train_gpt2cpu $DPX --zero 2 --offload
 run sft 1 train_gpt2cpu --task sft --steps 20 --batch 24 --grad-accum 2 --shuffle $Q
 run sft_dp3_zero2 3 train_gpt2cpu --task sft --steps 20 --batch 24 --grad-accum 2 --zero 2 $Q
-RL="--task rlvr --steps 20 --batch 24 --group 4 --max-new 6 --kl 0.05 $Q"
+RL="--task rlvr --steps 20 --batch 24 --group 4 --max-new 5 --kl 0.05 $Q"   # (a prompt of 7 + 5 - 1 fits the default --seq 11)
 run rlvr 1 train_gpt2cpu $RL --metrics "$OUT/rlvr.csv"
 run rlvr_dp3_zero3 3 train_gpt2cpu $RL --zero 3 --grad-accum 2 --metrics "$OUT/rlvr_dp3.csv"
 # the other strategies, each a few steps on the tiny model: tp (with sp, and off-grid), every
 # pipeline schedule, every context-parallel attention and split, experts, and meshes of 3 and 4 axes
-MX="--steps 6 --batch 16 --grad-accum 4 $Q"
+MX="--steps 6 --batch 16 --grad-accum 4 --seq 12 $Q"   # (12: split by --sp on 2 and 3 ranks and by --cp 2 zigzag into 4)
 run tp2_sp 2 train_gpt2cpu $MX --tp 2 --sp
 run tp3 3 train_gpt2cpu $MX --tp 3 --heads 3 --channels 96
 for s in gpipe 1f1b zb-h1; do run pp2_$s 2 train_gpt2cpu $MX --pp 2 --pp-schedule $s; done

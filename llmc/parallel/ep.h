@@ -177,5 +177,5 @@ static inline void ep_mlp_backward(void* ctx, const OpAt* at, floatX* dinp, cons
     moe_backward(at->model, at, dinp, dout, inp, w, g, C, H, &ep->xch);
 }
 
-#include "ep_gradients.h"    // the expert gradients over the edp group; ep_init, ep_step_begin, ep_free
+#include "ep_gradients.h"    // the expert gradients over the edp group; ep_init, ep_zero_grad, ep_step_begin, ep_free
 #include "ep_accounting.h"   // the formulas, and what the trainer prints

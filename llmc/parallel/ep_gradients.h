@@ -100,8 +100,10 @@ static inline void ep_init(ExpertParallel* ep, GPT2* model, Comm* dp_comm, DataP
     gpt2_add_hooks(model, &ep->hooks);
 }
 
+static inline void ep_zero_grad(ExpertParallel* ep) { device_memset_zero(ep->grads, ep->count * sizeof(floatX)); }
+
+// before a step: its statistics from zero
 static inline void ep_step_begin(ExpertParallel* ep) {
-    device_memset_zero(ep->grads, ep->count * sizeof(floatX));
     ep->step_start = ep->comm.bytes_sent;
     ep->edp_start = ep->edp.bytes_sent;
     ep->seconds = 0.0;

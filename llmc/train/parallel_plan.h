@@ -245,6 +245,12 @@ static inline void plan_attach(Plan* plan, GPT2* model) {
 
 static inline void plan_zero_grad(Plan* plan) {
     if (plan->use_dp) { dp_zero_grad(&plan->dp); } else { gpt2_zero_grad(plan->model); }
+    if (plan->nep > 1) { ep_zero_grad(&plan->ep); }
+}
+
+// before a step's passes, outside the step (the trainer calls it, after the task's begin_step: RLVR's
+// rollouts are not the step's traffic): the strategies' per-step statistics from zero
+static inline void plan_step_begin(Plan* plan) {
     if (plan->ntp > 1) { tp_step_begin(&plan->tp); }
     if (plan->ncp > 1) { cp_step_begin(&plan->cp); }
     if (plan->nep > 1) { ep_step_begin(&plan->ep); }
