@@ -4,8 +4,9 @@
 A row of the syllabus's reading table names its entry functions and its command. The set of
 the row is every function of the trainer's sources that the entries reach by calls, as the
 command runs them: the trainer built with -finstrument-functions (build/callgraph/train_gpt2cpu,
-test/callgraph_trace.cpp) records each distinct (call site, callee) pair, so calls through
-hooks and function tables count exactly as the command installs them, and a call the command
+test/callgraph_trace.cpp) records each distinct (caller, callee) pair, the caller being the
+innermost of our functions running (the library between them, a std::thread or std::function,
+skipped), so calls through hooks and function tables count exactly as the command installs them, and a call the command
 does not take (another algorithm's branch, an error path) is not followed, as a reader who
 follows the command would not. Added to the functions: the types, tables and macros their
 bodies and signatures name (one level: a field's own type is read when wanted), defined in the
@@ -215,8 +216,8 @@ def edges_of(trace_files, binary):
         for line in open(tf):
             if line.startswith("full"):
                 raise RuntimeError(f"{tf}: the trace's table filled up")
-            site, callee = (int(x, 16) for x in line.split())
-            k = bisect.bisect_right(starts, site) - 1
+            caller, callee = (int(x, 16) for x in line.split())
+            k = bisect.bisect_right(starts, caller) - 1
             if k < 0 or callee not in at:
                 continue
             edges.add((base_name(syms[k][1]), base_name(at[callee])))

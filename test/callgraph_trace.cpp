@@ -1,9 +1,12 @@
 // The calls a run makes, for test/test_syllabus.py's reading sets. The trainer is built with
-// -finstrument-functions (Makefile: build/callgraph/train_gpt2cpu), so every function entry calls
-// __cyg_profile_func_enter(callee, call site); this file, built without it, keeps each distinct
-// (call site, callee) pair once and, at exit, writes them as hex addresses to
-// $LLMC_CALLGRAPH.<pid> (nothing when the variable is unset). test_syllabus.py maps the addresses
-// to functions with nm: the call site to the function holding it, the callee to its name.
+// -finstrument-functions (Makefile: build/callgraph/train_gpt2cpu), so every function of its own
+// sources calls __cyg_profile_func_enter on entry and __cyg_profile_func_exit on return; the
+// library's code (std::thread, std::function, OpenMP, MPI) is not instrumented. This file, built
+// without it, keeps a stack of the instrumented functions each thread is in, so a call's caller is
+// the innermost function of ours that is running, also when the library stands between them (a
+// thread's body, a std::function, a comparator); each distinct (caller, callee) pair is kept once
+// and, at exit, written as hex addresses to $LLMC_CALLGRAPH.<pid> (nothing when it is unset).
+// test/callgraph.py maps the addresses to functions with nm.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +15,25 @@
 
 #define NO_TRACE __attribute__((no_instrument_function))
 static const size_t SLOTS = 1 << 20;   // open addressing; a run makes a few thousand distinct pairs
-static std::atomic<uintptr_t> site_of[SLOTS], callee_of[SLOTS];
+static std::atomic<uintptr_t> caller_of[SLOTS], callee_of[SLOTS];
 static std::atomic<int> full{0};
 
-extern "C" NO_TRACE void __cyg_profile_func_enter(void* callee, void* site) {
-    uintptr_t c = (uintptr_t)callee, s = (uintptr_t)site;
+static const int DEPTH = 4096;
+static thread_local uintptr_t stack[DEPTH];
+static thread_local int depth = 0;
+
+NO_TRACE static void callgraph_record(uintptr_t s, uintptr_t c);
+extern "C" NO_TRACE void __cyg_profile_func_enter(void* callee, void*) {
+    uintptr_t c = (uintptr_t)callee, s = depth > 0 ? stack[depth - 1] : 0;   // s: the caller (0: a thread's first)
+    if (depth < DEPTH) { stack[depth] = c; }
+    depth++;
+    if (s) { callgraph_record(s, c); }
+}
+extern "C" NO_TRACE void __cyg_profile_func_exit(void*, void*) {
+    if (depth > 0) { depth--; }
+}
+
+NO_TRACE static void callgraph_record(uintptr_t s, uintptr_t c) {
     static thread_local uintptr_t last_c, last_s;   // most calls repeat the one before (a loop's helper)
     if (c == last_c && s == last_s) { return; }
     last_c = c, last_s = s;
@@ -25,7 +42,7 @@ extern "C" NO_TRACE void __cyg_profile_func_enter(void* callee, void* site) {
         uintptr_t cur = callee_of[h].load(std::memory_order_acquire);
         if (cur == 0) {   // claim the slot: the callee last, so that a reader never sees half a pair
             uintptr_t zero = 0;
-            if (!site_of[h].compare_exchange_strong(zero, s)) {
+            if (!caller_of[h].compare_exchange_strong(zero, s)) {
                 if (zero != s) { continue; }   // another pair took it
                 while ((cur = callee_of[h].load(std::memory_order_acquire)) == 0) {}
                 if (cur == c) { return; }
@@ -34,11 +51,10 @@ extern "C" NO_TRACE void __cyg_profile_func_enter(void* callee, void* site) {
             callee_of[h].store(c, std::memory_order_release);
             return;
         }
-        if (cur == c && site_of[h].load(std::memory_order_relaxed) == s) { return; }
+        if (cur == c && caller_of[h].load(std::memory_order_relaxed) == s) { return; }
     }
     full.store(1);
 }
-extern "C" NO_TRACE void __cyg_profile_func_exit(void*, void*) {}
 
 NO_TRACE static void callgraph_write() {
     const char* base = getenv("LLMC_CALLGRAPH");
@@ -50,7 +66,7 @@ NO_TRACE static void callgraph_write() {
     if (full.load()) { fprintf(f, "full\n"); }
     for (size_t i = 0; i < SLOTS; i++) {
         uintptr_t c = callee_of[i].load();
-        if (c) { fprintf(f, "%lx %lx\n", (unsigned long)site_of[i].load(), (unsigned long)c); }
+        if (c) { fprintf(f, "%lx %lx\n", (unsigned long)caller_of[i].load(), (unsigned long)c); }
     }
     fclose(f);
 }
