@@ -2,12 +2,12 @@
 // (llmc/data/token_shards.h); a dataset of more than 2^26 tokens is checked as the run reaches it:
 // before each step, the shards the step would move into are read and checked (dataloader_look_ahead).
 // Every rank reads the same shards in the same order, so every rank meets a bad one before the
-// same step: the ranks agree on it, save the training state (--save-state) as it stands after the
-// steps done, and every rank ends naming the shard and the way back (fix it, keep its length,
-// --resume: the data position is derived from the shards' lengths).
+// same step, without asking the others (a rank that did not, its files differing, would leave the
+// save waiting: the --comm-timeout watchdog names it): the ranks save the training state
+// (--save-state) as it stands after the steps done, and every rank ends naming the shard and the
+// way back (fix it, keep its length, --resume: the data position is derived from the shards' lengths).
 #pragma once
 
-#include <climits>
 #include <string>
 #include "../common.h"
 #include "../tasks/task.h"
@@ -15,13 +15,11 @@
 #include "state_save.h"
 
 // Before step `step` (after `step` updates): returns when the data ahead is good, else ends the
-// run on every rank, the state saved first. Collective over the world.
+// run, the state saved first (collective: every rank finds the same shard at the same step).
 static inline void train_data_ahead(TrainState* ts, int step, const Rng* sample_rng) {
     Task* t = ts->task;
     std::string why = t->look_ahead ? t->look_ahead(t) : "";
-    int mine = why.empty() ? INT_MAX : ts->plan->rank, first = INT_MAX;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ts->plan->world.mpi);
-    if (first == INT_MAX) { return; }
+    if (why.empty()) { return; }   // no collective on the good path: asynchronous workers never wait for each other here
     const char* dir = ts->args->save_state;
     std::string kept = "the " + std::to_string(step) + " steps done are lost (--save-state DIR keeps them)";
     if (dir) {
@@ -30,6 +28,5 @@ static inline void train_data_ahead(TrainState* ts, int step, const Rng* sample_
         kept = std::string("the training state is saved in '") + dir + "' (step " + std::to_string(step) +
                "): fix the shard, keeping its number of tokens, then --resume " + dir;
     }
-    if (why.empty()) { why = "rank " + std::to_string(first) + " found a bad shard ahead (its error line names it)"; }
     die("%s: found before step %d, which would read it; %s", why.c_str(), step + 1, kept.c_str());
 }
