@@ -156,7 +156,7 @@ def classify(head, after):
     return None, None
 
 
-def sources(binary_cmd=None):
+def sources():
     """The repository files the trainer's translation unit includes (train_gpt2.cu first)."""
     cxx = "mpicxx" if subprocess.run(["sh", "-c", "command -v mpicxx"], capture_output=True).returncode == 0 else "g++"
     flags = ["-std=c++17", "-x", "c++", "-DLLMC_CPU", "-fopenmp"] + (["-DUSE_MPI", "-DOMPI_SKIP_MPICXX"] if cxx == "mpicxx" else [])
@@ -269,13 +269,13 @@ class Code:
         calls = collections.defaultdict(set)
         for a, b in edges:
             calls[a].add(b)
-        seen, todo = set(), list(entries)
-        while todo:
-            f = todo.pop()
+        seen, frontier = set(), list(entries)   # the functions reached over the recorded calls
+        while frontier:
+            f = frontier.pop()
             if f in seen:
                 continue
             seen.add(f)
-            todo += [g for g in calls.get(f, ()) if g in self.by_name]
+            frontier += [g for g in calls.get(f, ()) if g in self.by_name]
         items = {it for name in seen for it in self.by_name.get(name, []) if it.kind in ("function", "type")}
         for it in list(items):   # what the functions name (one level: a field's own type is read when wanted)
             if it.kind == "function":
