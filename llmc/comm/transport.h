@@ -122,33 +122,41 @@ static inline void comm_recv(Comm* c, void* buf, size_t count, CommType t, int p
 #endif
 }
 
+#ifdef LLMC_CUDA_COMM
+// comm_sendrecv on a device communicator: one NCCL group, or MPI through pinned host copies
+static inline void comm_sendrecv_device(Comm* c, const void* sendbuf, size_t sendcount, int dst,
+                                        void* recvbuf, size_t recvcount, int src, CommType t) {
+    size_t sbytes = sendcount * comm_type_size(t), rbytes = recvcount * comm_type_size(t);
+    if (c->staged) {
+        MPI_Status st;
+        const void* s = comm_stage_out(c, 0, sendbuf, sbytes);
+        void* r = comm_stage_in(c, 1, recvbuf, rbytes);
+        MPI_Sendrecv(s, comm_int_count(c, "comm_sendrecv", sbytes), MPI_BYTE, dst, COMM_TAG,
+                     r, comm_int_count(c, "comm_sendrecv", rbytes), MPI_BYTE, src, COMM_TAG, c->mpi, &st);
+        comm_check_received(c, "comm_sendrecv", &st, rbytes, src);
+        comm_stage_in_finish(c, recvbuf, r, rbytes);
+    } else {
+        comm_nccl_p2p(c, "comm_sendrecv", sendbuf, sendcount, dst, recvbuf, recvcount, src, t);
+    }
+    c->bytes_sent += sbytes;
+    c->messages_sent += 1;
+}
+#endif
+
 // Send to one peer and receive from another (or the same) at once: the step of every ring and
 // butterfly. Done together so that two ranks exchanging large messages cannot deadlock.
 static inline void comm_sendrecv(Comm* c, const void* sendbuf, size_t sendcount, int dst,
                                  void* recvbuf, size_t recvcount, int src, CommType t) {
     comm_check_peer(c, "comm_sendrecv", dst);
     comm_check_peer(c, "comm_sendrecv", src);
+#ifdef LLMC_CUDA_COMM
+    if (c->device) { comm_sendrecv_device(c, sendbuf, sendcount, dst, recvbuf, recvcount, src, t); return; }
+#endif
     size_t sbytes = sendcount * comm_type_size(t), rbytes = recvcount * comm_type_size(t);
     MPI_Status st;
-#ifdef LLMC_CUDA_COMM
-    if (c->device && !c->staged) {
-        comm_nccl_p2p(c, "comm_sendrecv", sendbuf, sendcount, dst, recvbuf, recvcount, src, t);
-        c->bytes_sent += sbytes;
-        c->messages_sent += 1;
-        return;
-    }
-    void* dev_recv = recvbuf;
-    if (c->device) {
-        sendbuf = comm_stage_out(c, 0, sendbuf, sbytes);
-        recvbuf = comm_stage_in(c, 1, recvbuf, rbytes);
-    }
-#endif
     MPI_Sendrecv(sendbuf, comm_int_count(c, "comm_sendrecv", sbytes), MPI_BYTE, dst, COMM_TAG,
                  recvbuf, comm_int_count(c, "comm_sendrecv", rbytes), MPI_BYTE, src, COMM_TAG, c->mpi, &st);
     comm_check_received(c, "comm_sendrecv", &st, rbytes, src);
-#ifdef LLMC_CUDA_COMM
-    if (c->device) { comm_stage_in_finish(c, dev_recv, recvbuf, rbytes); }
-#endif
     c->bytes_sent += sbytes;
     c->messages_sent += 1;
 }
@@ -183,8 +191,42 @@ typedef struct {
     int nccl;                                // 1: the messages are in flight on c->stream
 } CommPending;
 
+#ifdef LLMC_CUDA_COMM
+// the exchange on the NCCL wire: one group of sends and receives on c->stream (device buffers)
+static inline void comm_exchange_nccl(Comm* c, const CommMsg* msgs, int n, CommType t) {
+    comm_nccl_check(c, "ncclGroupStart", ncclGroupStart());
+    for (int i = 0; i < n; i++) {
+        if (msgs[i].count == 0) { continue; }
+        if (!comm_is_device_ptr(msgs[i].send ? msgs[i].send : msgs[i].recv)) {
+            comm_die(c, "comm_exchange", "message %d: a host buffer on the NCCL wire", i);
+        }
+        if (msgs[i].send) {
+            comm_nccl_check(c, "ncclSend", ncclSend(msgs[i].send, msgs[i].count, comm_nccl_type(t), msgs[i].peer, c->nccl, c->stream));
+        } else {
+            comm_nccl_check(c, "ncclRecv", ncclRecv(msgs[i].recv, msgs[i].count, comm_nccl_type(t), msgs[i].peer, c->nccl, c->stream));
+        }
+    }
+    comm_nccl_check(c, "ncclGroupEnd", ncclGroupEnd());
+}
+// the staged wire: message i's device buffer goes through a host copy, p->staged[i] (a send's
+// copied now, a receive's moved to the device by comm_exchange_unstage when it has arrived)
+static inline void comm_exchange_stage(CommPending* p, int i, size_t bytes, const void** sbuf, void** rbuf) {
+    if (!p->c->device || bytes == 0 || !comm_is_device_ptr(*sbuf ? *sbuf : *rbuf)) { return; }
+    p->staged[i].resize(bytes);
+    if (*sbuf) {
+        comm_cuda_check(p->c, "cudaMemcpy", cudaMemcpy(p->staged[i].data(), *sbuf, bytes, cudaMemcpyDeviceToHost));
+        *sbuf = p->staged[i].data();
+    } else {
+        *rbuf = p->staged[i].data();
+    }
+}
+static inline void comm_exchange_unstage(CommPending* p, int i, size_t bytes) {
+    if (p->staged[i].empty()) { return; }
+    comm_cuda_check(p->c, "cudaMemcpy", cudaMemcpy(p->msgs[i].recv, p->staged[i].data(), bytes, cudaMemcpyHostToDevice));
+}
+#endif
+
 static inline void comm_exchange_start(Comm* c, const CommMsg* msgs, int n, CommType t, CommPending* p) {
-    size_t esize = comm_type_size(t);
     for (int i = 0; i < n; i++) {
         comm_check_peer(c, "comm_exchange", msgs[i].peer);
         if ((msgs[i].send == NULL) == (msgs[i].recv == NULL)) { comm_die(c, "comm_exchange", "message %d is neither one send nor one receive", i); }
@@ -196,38 +238,14 @@ static inline void comm_exchange_start(Comm* c, const CommMsg* msgs, int n, Comm
     p->req.assign(n, MPI_REQUEST_NULL);
     p->staged.assign(n, std::vector<char>());
 #ifdef LLMC_CUDA_COMM
-    if (c->device && !c->staged) {   // NCCL: one group (device buffers: the pipeline's are)
-        comm_nccl_check(c, "ncclGroupStart", ncclGroupStart());
-        for (int i = 0; i < n; i++) {
-            if (msgs[i].count == 0) { continue; }
-            if (!comm_is_device_ptr(msgs[i].send ? msgs[i].send : msgs[i].recv)) {
-                comm_die(c, "comm_exchange", "message %d: a host buffer on the NCCL wire", i);
-            }
-            if (msgs[i].send) {
-                comm_nccl_check(c, "ncclSend", ncclSend(msgs[i].send, msgs[i].count, comm_nccl_type(t), msgs[i].peer, c->nccl, c->stream));
-            } else {
-                comm_nccl_check(c, "ncclRecv", ncclRecv(msgs[i].recv, msgs[i].count, comm_nccl_type(t), msgs[i].peer, c->nccl, c->stream));
-            }
-        }
-        comm_nccl_check(c, "ncclGroupEnd", ncclGroupEnd());
-        p->nccl = 1;
-        return;
-    }
+    if (c->device && !c->staged) { comm_exchange_nccl(c, msgs, n, t); p->nccl = 1; return; }
 #endif
     for (int i = 0; i < n; i++) {
-        size_t bytes = msgs[i].count * esize;
+        size_t bytes = msgs[i].count * comm_type_size(t);
         const void* sbuf = msgs[i].send;
         void* rbuf = msgs[i].recv;
 #ifdef LLMC_CUDA_COMM
-        if (c->device && bytes > 0 && comm_is_device_ptr(sbuf ? sbuf : rbuf)) {
-            p->staged[i].resize(bytes);
-            if (sbuf) {
-                comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(p->staged[i].data(), sbuf, bytes, cudaMemcpyDeviceToHost));
-                sbuf = p->staged[i].data();
-            } else {
-                rbuf = p->staged[i].data();
-            }
-        }
+        comm_exchange_stage(p, i, bytes, &sbuf, &rbuf);
 #endif
         int nb = comm_int_count(c, "comm_exchange", bytes);
         if (sbuf) { MPI_Isend(sbuf, nb, MPI_BYTE, msgs[i].peer, msgs[i].tag, c->mpi, &p->req[i]); }
@@ -244,12 +262,9 @@ static inline void comm_exchange_finish(CommPending* p) {
         MPI_Waitall(n, p->req.data(), st.data());
         for (int i = 0; i < n; i++) {
             if (p->msgs[i].send) { continue; }
-            size_t bytes = p->msgs[i].count * esize;
-            comm_check_received(c, "comm_exchange", &st[i], bytes, p->msgs[i].peer);
+            comm_check_received(c, "comm_exchange", &st[i], p->msgs[i].count * esize, p->msgs[i].peer);
 #ifdef LLMC_CUDA_COMM
-            if (!p->staged[i].empty()) {
-                comm_cuda_check(c, "cudaMemcpy", cudaMemcpy(p->msgs[i].recv, p->staged[i].data(), bytes, cudaMemcpyHostToDevice));
-            }
+            comm_exchange_unstage(p, i, p->msgs[i].count * esize);
 #endif
         }
     }

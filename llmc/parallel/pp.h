@@ -40,7 +40,6 @@ typedef struct PipelineParallel {
     int use_ring;            // 1: our ring all-reduce for the embedding group (bytes counted)
     PPSchedule sched;
     GPT2* model;
-    int B, T;                // the micro-batch shape the buffers are sized for
     // activation slots: one per (micro-batch, chunk) in flight
     std::vector<int> slot_of;      // [micro * v + chunk] -> slot, or -1
     std::vector<int> free_slots;
@@ -163,17 +162,14 @@ static inline void pp_backward(PipelineParallel* pp, const PPAction* a, int n) {
 static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>& list, int i, int end,
                                const MicroBatchSource* batches) {
     GPT2* model = pp->model;
-    CommMsg msgs[8];
-    int n = 0;
+    std::vector<CommMsg> msgs(end - i);   // zeroed: no buffer until set below
     char name[96] = "";
     for (int k = i; k < end; k++) {
         const PPAction* a = &list[k];
-        if (n == 8) { die("pipeline stage %d: more than 8 messages in one exchange", pp->stage); }
         MicroBatch mb = batches->get(batches->ctx, a->micro);
         int id = pp_id(pp, a->micro, a->chunk);
         int slot = a->kind == PP_RECV_ACT ? pp_slot(pp, a->micro, a->chunk, &mb) : pp->slot_of[id];
-        CommMsg* msg = &msgs[n++];
-        memset(msg, 0, sizeof(*msg));
+        CommMsg* msg = &msgs[k - i];
         msg->count = pp_stream_count(pp, &mb);
         msg->peer = a->peer;
         msg->tag = pp_message_tag(pp_is_grad(a->kind), a->micro, pp_sender_chunk(pp->sched, pp->stage, *a));
@@ -191,7 +187,7 @@ static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>
         pp_measure_name(name, sizeof(name), a);
     }
     double t0 = trace_now();
-    comm_exchange(pp->comm, msgs, n, COMM_FLOATX);
+    comm_exchange(pp->comm, msgs.data(), (int)msgs.size(), COMM_FLOATX);
     pp_measure_comm(&pp->measured, name, t0);
 }
 
@@ -207,6 +203,21 @@ static inline void pp_sum_embedding_grads(PipelineParallel* pp) {
         pp_measure_comm(&pp->measured, "embedding group: all-reduce dwte", t0);
     }
     if (pp->root_done) { pp->root_done(pp->dp); }
+}
+
+// ---- what the update asks of the pipeline (pp_setup.h hands these to it as a ShardGroup)
+
+// dp_core.h's ShardGroup: the gradient norm is summed over the stages (after the tp group's
+// sum); gradients completed as the tp group says.
+static inline void pp_complete_grads(void* ctx, int tensor, floatX* grad, size_t n) {
+    PipelineParallel* pp = (PipelineParallel*)ctx;
+    if (pp->inner.complete_grads) { pp->inner.complete_grads(pp->inner.ctx, tensor, grad, n); }
+}
+static inline double pp_sum_norm(void* ctx, double sq) {
+    PipelineParallel* pp = (PipelineParallel*)ctx;
+    if (pp->inner.sum_norm) { sq = pp->inner.sum_norm(pp->inner.ctx, sq); }
+    MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, pp->comm->mpi);   // 8 bytes, not counted
+    return sq;
 }
 
 // ---- the step (GPT2Step.run): this stage's list, action by action

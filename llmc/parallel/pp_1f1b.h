@@ -32,10 +32,6 @@
 // state: F(i) [send a(i) recv g(j)] B(j) [send g(j) recv a(i+1)] F(i+1) ..., Megatron-LM's
 // send_forward_recv_backward and send_backward_recv_forward. NCCL matches the messages between
 // two ranks by order, so both ends list them in the same order (pp_validate.h checks it).
-//
-// pp_build (pp_schedule.h) makes any schedule: these two, Megatron-LM's interleaved 1F1B
-// (pp_interleaved.h: v chunks per stage, a v times smaller bubble) and Zero Bubble's ZB-H1
-// (pp_zbh1.h: the backward cut into B and W). pp_simulate.h times them.
 #pragma once
 
 #include <string.h>

@@ -16,10 +16,7 @@ typedef struct {
 } PPMeasure;
 
 static inline void pp_measure_start(PPMeasure* s) {
-    memset(s->act_seconds, 0, sizeof(s->act_seconds));
-    memset(s->act_count, 0, sizeof(s->act_count));
-    s->comm_seconds = 0.0;
-    s->busy = 0.0;
+    *s = PPMeasure{};
     s->t_start = trace_now();
 }
 

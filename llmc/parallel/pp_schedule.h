@@ -1,7 +1,8 @@
 // Any of the four pipeline schedules by its kind: the names the flags use, the check that a
 // schedule exists for p, m and v (one sentence with the fix when it does not), and pp_build,
-// which makes each stage's list: GPipe and 1F1B (pp_1f1b.h), interleaved 1F1B
-// (pp_interleaved.h), ZB-H1 (pp_zbh1.h).
+// which makes each stage's list: GPipe and 1F1B (pp_1f1b.h), Megatron-LM's interleaved 1F1B
+// (pp_interleaved.h: v chunks per stage, a v times smaller bubble), Zero Bubble's ZB-H1
+// (pp_zbh1.h: the backward cut into B and W). pp_simulate.h times them.
 //
 // Cost: O(v m) actions per stage.
 #pragma once

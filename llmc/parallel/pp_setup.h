@@ -82,18 +82,6 @@ static inline GPT2Step pp_step(PipelineParallel* pp) {
 
 // ---- what the update asks of the pipeline
 
-// dp_core.h's ShardGroup: the gradient norm is summed over the stages (after the tp group's
-// sum); gradients completed as the tp group says.
-static inline void pp_complete_grads(void* ctx, int tensor, floatX* grad, size_t n) {
-    PipelineParallel* pp = (PipelineParallel*)ctx;
-    if (pp->inner.complete_grads) { pp->inner.complete_grads(pp->inner.ctx, tensor, grad, n); }
-}
-static inline double pp_sum_norm(void* ctx, double sq) {
-    PipelineParallel* pp = (PipelineParallel*)ctx;
-    if (pp->inner.sum_norm) { sq = pp->inner.sum_norm(pp->inner.ctx, sq); }
-    MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, pp->comm->mpi);   // 8 bytes, not counted
-    return sq;
-}
 static inline ShardGroup pp_shard_group(PipelineParallel* pp) { return ShardGroup{pp, pp_complete_grads, pp_sum_norm}; }
 
 // ---- setting up
@@ -119,16 +107,14 @@ static inline void pp_init(PipelineParallel* pp, GPT2* model, Comm* comm, int ki
     err = pp_validate(pp->sched);
     if (!err.empty()) { die("pipeline schedule %s (p %d, m %d, v %d) is invalid: %s", pp_schedule_name(kind), pp->p, m, v, err.c_str()); }
     int slots = pp_peak_inflight(pp->sched)[pp->stage];
-    pp->B = model->max_B;
-    pp->T = model->max_T;
-    gpt2_allocate_activations_slots(model, pp->B, pp->T, slots);
+    gpt2_allocate_activations_slots(model, pp->model->max_B, pp->model->max_T, slots);
     pp->slot_of.assign((size_t)m * v, -1);
     pp->free_slots.clear();
     for (int s = slots - 1; s >= 0; s--) { pp->free_slots.push_back(s); }
     pp->in_flight = pp->peak_in_flight = 0;
     pp->grad_recv_owner = pp->dres_owner = -1;
     pp->passes.assign(v, 0);
-    size_t stream = (size_t)pp->B * gpt2_place_stream_tokens(&model->place, pp->T) * model->config.channels;
+    size_t stream = (size_t)model->max_B * gpt2_place_stream_tokens(&model->place, model->max_T) * model->config.channels;
     pp->grad_recv = (floatX*)device_malloc(stream * sizeof(floatX));
     pp->buffer_bytes = stream * sizeof(floatX);
     pp->backward = pp_backward;   // B the whole backward, no W; ZB-H1 runs the two halves instead

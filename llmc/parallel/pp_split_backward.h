@@ -15,7 +15,7 @@
 
 static inline BlockGradKeep pp_keep(PipelineParallel* pp, int slot, int li) {
     size_t per_slot = pp->keep_per_layer * (size_t)gpt2_slot_layers(pp->model);
-    return gpt2_keep_at(pp->model, pp->keep + (size_t)slot * per_slot + (size_t)li * pp->keep_per_layer, pp->B, pp->T);
+    return gpt2_keep_at(pp->model, pp->keep + (size_t)slot * per_slot + (size_t)li * pp->keep_per_layer, pp->model->max_B, pp->model->max_T);
 }
 
 static inline void pp_block_backward_input(PipelineParallel* pp, int slot, int l, int i) {
@@ -47,7 +47,7 @@ static inline void pp_weight(PipelineParallel* pp, const PPAction* a, int n) {
 
 // the kept output gradients for `slots` activation slots, and the two halves as the stage's B and W
 static inline void pp_split_backward_init(PipelineParallel* pp, int slots) {
-    pp->keep_per_layer = gpt2_keep_floats(pp->model, pp->B, pp->T);
+    pp->keep_per_layer = gpt2_keep_floats(pp->model, pp->model->max_B, pp->model->max_T);
     size_t bytes = pp->keep_per_layer * gpt2_slot_layers(pp->model) * (size_t)slots * sizeof(floatX);
     pp->keep = (floatX*)device_malloc(bytes);
     pp->buffer_bytes += bytes;
