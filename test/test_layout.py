@@ -94,7 +94,7 @@ clash = sorted(f"{s} ({', '.join(sorted(d))})" for s, d in stems.items()
                if len(d) > 1 and not (len(d) == 2 and "llmc/cuda" in d and ({"llmc/cpu", "llmc"} & set(d))))
 report("no two headers share a name for different things", not clash, "; ".join(clash))
 flags = [p for p in graph if p.startswith("llmc/parallel/")
-         and {"llmc/train/train_args.h", "llmc/train/flag_parser.h"} & set(graph[p])]
+         and {"llmc/plan/train_args.h", "llmc/plan/flag_parser.h"} & set(graph[p])]
 report("nothing in llmc/parallel/ includes the flag parser", not flags, ", ".join(flags))
 upward = [f"{p} -> {d}" for p in graph if p.startswith(("llmc/model/", "llmc/parallel/", "llmc/comm/", "llmc/cpu/", "llmc/cuda/"))
           for d in graph[p] if d.startswith("llmc/planner/")]

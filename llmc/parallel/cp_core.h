@@ -6,8 +6,8 @@
 #include <vector>
 #include <algorithm>
 #include "../model/gpt2.h"
-#include "../train/step.h"
-#include "../train/trace.h"
+#include "../model/step.h"
+#include "../trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "../comm/alltoall.h"

@@ -1,6 +1,6 @@
 // Pipeline parallelism, the executor: the model's layers split over the p ranks of the pp group
 // (stages); each stage runs its list of a schedule (pp_1f1b.h) action by action on the
-// model's pieces (gpt2.h), as the plan's step (train/step.h).
+// model's pieces (gpt2.h), as the plan's step (model/step.h).
 //
 //   stage 0          stage 1          stage 2          stage 3
 //   [emb|blk 0-1] -> [blk 2-3]     -> [blk 4-5]     -> [blk 6-7|lnf|head|loss]    activations
@@ -26,7 +26,7 @@
 
 #include <vector>
 #include "../model/gpt2.h"
-#include "../train/step.h"
+#include "../model/step.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "dp_core.h"
