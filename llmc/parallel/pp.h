@@ -38,7 +38,7 @@ typedef struct PipelineParallel {
     Comm embed;              // the embedding group: stages 0 and p-1 (a group of one elsewhere)
     int p, stage, v, m, kind;
     int use_ring;            // 1: our ring all-reduce for the embedding group (bytes counted)
-    PPSchedule sched;
+    PPSchedule schedule;
     GPT2* model;
     int B, T;                // the micro-batch shape the buffers are sized for
     // activation slots: one per (micro-batch, chunk) in flight
@@ -176,7 +176,7 @@ static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>
         memset(msg, 0, sizeof(*msg));
         msg->count = pp_stream_count(pp, &mb);
         msg->peer = a->peer;
-        msg->tag = pp_message_tag(pp_is_grad(a->kind), a->micro, pp_sender_chunk(pp->sched, pp->stage, *a));
+        msg->tag = pp_message_tag(pp_is_grad(a->kind), a->micro, pp_sender_chunk(pp->schedule, pp->stage, *a));
         if (a->kind == PP_SEND_ACT) { msg->send = gpt2_stage_output(model, slot); }
         if (a->kind == PP_RECV_ACT) { msg->recv = model->acts[slot].encoded; }
         if (a->kind == PP_SEND_GRAD) {
@@ -215,7 +215,7 @@ static inline float pp_step_run(void* ctx, GPT2* model, const MicroBatchSource* 
     PipelineParallel* pp = (PipelineParallel*)ctx;
     (void)model;   // pp->model: the same
     if (n != pp->m) { die("the pipeline schedule was built for %d micro-batches, the step has %d", pp->m, n); }
-    const std::vector<PPAction>& list = pp->sched.stages[pp->stage];
+    const std::vector<PPAction>& list = pp->schedule.stages[pp->stage];
     std::fill(pp->passes.begin(), pp->passes.end(), 0);
     pp->peak_in_flight = 0;
     pp->bytes_start = pp->comm->bytes_sent;

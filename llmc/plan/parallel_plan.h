@@ -217,7 +217,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
         pp_init(&plan->pp, model, &plan->mesh.dim[MESH_PP], pp_schedule_parse(a->pp_schedule), a->pp_chunks, a->grad_accum,
                 use_ring, cfg.shards);
         cfg.shards = pp_shard_group(&plan->pp);
-        if (plan->ntp > 1 && plan->pp.sched.split_backward) { tp_zero_bubble_attach(&plan->tp); }   // ZB-H1's W pass
+        if (plan->ntp > 1 && plan->pp.schedule.split_backward) { tp_zero_bubble_attach(&plan->tp); }   // ZB-H1's W pass
         cfg.defer_root = 1;
         plan->step = pp_step(&plan->pp);
     }
