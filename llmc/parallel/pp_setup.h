@@ -1,4 +1,4 @@
-// Setting up a pipeline stage and handing it to the plan (parallel/plan.h): which layers each
+// Setting up a pipeline stage and handing it to the plan (llmc/plan/parallel_plan.h): which layers each
 // stage holds (pp_stage_place, checked by pp_check_layers); the schedule built and checked, the
 // activation slots for its peak in flight, the embedding group (pp_init); the step and the
 // evaluation's forward through the stages (pp_step); what the update asks of the pipeline
