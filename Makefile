@@ -23,14 +23,14 @@ CPU_OPT ?= -O3 -march=native
 # kept); they let the compiler vectorise sqrtf (AdamW) and the clamps of exp_poly (GELU, softmax)
 CXXFLAGS_CPU = -std=c++17 $(CPU_OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -x c++ -DLLMC_CPU
 LDLIBS_CPU = -lm
-HEADERS = $(wildcard *.h llmc/*.h llmc/*/*.h test/*.h)
+HEADERS = $(wildcard llmc/*.h llmc/*/*.h test/*.h dev/collbench/*.h)
 COMM_HEADERS = $(wildcard llmc/comm/*.h)
 # the CPU programs besides the trainer (their rules and what each is: below)
 SERIAL_PROGRAMS = test_gpt2cpu test_kernelscpu test_precisioncpu test_compresscpu test_generatecpu \
   test_sftcpu test_seamscpu test_pp_schedulecpu test_comm_singlecpu pp_simcpu test_profilecpu
 MPI_PROGRAMS = test_collectivescpu test_cp_attentioncpu collbenchcpu
 flags_of = $(patsubst %,build/config/%.flags,$(1))
-vpath %.cu test
+vpath %.cu test dev/collbench dev/pp_sim
 
 # --- prerequisites, each found or reported once. The compiler is not checked for the goals
 # that install it first (train, test, test-fast: they run make again once it is there).
@@ -97,10 +97,10 @@ info:
 	@echo "build: $(MPI_NOTE); $(BLAS_NOTE)"
 
 # The CPU programs: one rule for the single-process ones (built without MPI) and one for those
-# that run under mpirun. NAMEcpu is built from test/NAME.cu, or from NAME.cu at the top (vpath):
+# that run under mpirun. NAMEcpu is built from test/NAME.cu, or from dev/NAME/NAME.cu (vpath: collbench, pp_sim):
 #   test_gpt2cpu          the model against PyTorch's (test/reference), and resuming bit-exactly
 #   test_kernelscpu       every CPU kernel against its naive loop
-#   test_precisioncpu     the number formats (llmc/model/precision.h), exactly (test/test_precision.sh)
+#   test_precisioncpu     the number formats (llmc/precision.h), exactly (test/test_precision.sh)
 #   test_compresscpu      the gradient compression codec (llmc/parallel/compress_codec.h)
 #   test_generatecpu      generation with a KV cache (llmc/model/generate.h) against the full forward
 #   test_sftcpu           the SFT data loader (llmc/data/sft_shards.h)
@@ -153,7 +153,7 @@ build/test/libwait_sleep.so: test/wait_sleep.c
 COLLBENCHCU_FLAGS = -std=c++17 -O3 -DUSE_MPI -DOMPI_SKIP_MPICXX $(filter -I%,$(shell $(MPICXX) --showme:compile)) \
   $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)
 COLLBENCHCU_LIBS = $(shell $(MPICXX) --showme:link) -lnccl
-collbenchcu: collbench.cu $(HEADERS) $(COMM_HEADERS) llmc/comm/reduce_local.cuh build/config/collbenchcu.flags
+collbenchcu: dev/collbench/collbench.cu $(HEADERS) $(COMM_HEADERS) llmc/comm/reduce_local.cuh build/config/collbenchcu.flags
 ifeq ($(NVCC_FOUND),)
 	@echo "skipping collbenchcu: nvcc not found (install the CUDA toolkit)"
 else ifeq ($(MPICXX),)
@@ -243,7 +243,7 @@ CUDA_GENCODE = $(if $(GPU_ARCH_USED),-gencode arch=compute_$(GPU_ARCH_USED)$(com
 comma := ,
 NVCC_FLAGS = -std=c++17 -O3 $(CUDA_PRECISION_FLAGS) -Xcompiler -fopenmp,-Wall,-Wextra
 CUDA_LIBS = -lcublasLt -lcublas
-CUDA_HEADERS = $(HEADERS) $(wildcard llmc/cuda/*.cuh llmc/comm/*.h llmc/parallel/*.h)
+CUDA_HEADERS = $(HEADERS) $(wildcard llmc/*.cuh llmc/cuda/*.cuh llmc/comm/*.h llmc/parallel/*.h)
 # Multi-rank train_gpt2cu needs MPI (mpicxx) and NCCL (NCCL_HOME=... when nccl.h is not in
 # the CUDA toolkit or /usr/include); without either it is built for one rank.
 NCCL_HEADER = $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) /usr/include/nccl.h $(dir $(NVCC))../include/nccl.h)

@@ -2,12 +2,12 @@
 //   g++ -x c++ -DLLMC_CPU  -> train_gpt2cpu  (fp32 reference kernels, OpenMP)
 //   nvcc                   -> train_gpt2cu   (CUDA kernels, bf16 mixed precision)
 // The same main runs one rank or many (mpirun), with or without MPI in the build: everything
-// about the ranks is in the plan (llmc/train/parallel_plan.h), everything about the data and the loss
+// about the ranks is in the plan (llmc/plan/parallel_plan.h), everything about the data and the loss
 // in the task (llmc/tasks/task.h, llmc/tasks/). One optimizer step (doc/architecture.md):
 //   task.begin_step   this step's micro-batches (and the loss scale dloss)
 //   train_step:
 //     plan_zero_grad  gradients to zero (wherever the placement keeps them)
-//     plan.step.run   forward, loss, backward of each micro-batch (llmc/train/step.h; the ops and
+//     plan.step.run   forward, loss, backward of each micro-batch (llmc/model/step.h; the ops and
 //                     placement hooks run inside the passes)
 //     plan_update     clip and AdamW on what this rank owns; parameters back in sync
 // Evaluation, samples and checkpoints happen before a step (and once after the last one: task_between_steps).
@@ -16,14 +16,14 @@
 #include "llmc/model/gpt2.h"
 #include "llmc/train/lr_schedule.h"
 #include "llmc/model/sampler.h"
-#include "llmc/train/log.h"
-#include "llmc/train/trace.h"
-#include "llmc/train/step.h"
+#include "llmc/plan/log.h"
+#include "llmc/trace.h"
+#include "llmc/model/step.h"
 #include "llmc/train/parallel_plan_report.h"
 #include "llmc/planner/planner.h"
 #include "llmc/train/guard.h"
 #include "llmc/train/outputs.h"
-#include "llmc/tasks/tasks.h"
+#include "llmc/tasks/task_run.h"
 #include "llmc/train/state_load.h"
 #include "llmc/train/state_save.h"
 #include "llmc/train/data_ahead.h"
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     }
 
     // ---- the end
-    if (timed_steps > 0) {   // the mean step (llmc/train/log.h), the plan's communication (parallel_plan_report.h)
+    if (timed_steps > 0) {   // the mean step (llmc/plan/log.h), the plan's communication (parallel_plan_report.h)
         print_average_step(timed_seconds, timed_steps, (double)args.batch * T, flops_per_step, backend_num_threads());
         plan_print_summary(&plan, timed_steps);
     }

@@ -59,7 +59,7 @@ static inline void backend_precision_report() {
 }
 #else
 #include "cuda/backend.cuh"   // the same names, on the GPU (llmc/cuda/)
-#include "model/precision.h"
+#include "precision.h"
 // --precision on CUDA: the build's floatX (bf16, or fp32 with make PRECISION=FP32); FP16 is
 // studied on the CPU backend, which rounds to it (doc/precision.md)
 static inline int backend_precision() { return FLOATX_IS_BF16 ? PREC_BF16 : PREC_FP32; }

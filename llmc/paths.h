@@ -1,6 +1,6 @@
 // Every path a program takes on its command line, with its role, and the checks that follow from
 // the roles, run before any work. The trainer declares each path flag's role in its flag table
-// (llmc/train/train_args.h: ARG_IN_FILE, ...), collbench in its own (collbench.cu, COLLBENCH_PATHS);
+// (llmc/plan/train_args.h: ARG_IN_FILE, ...), collbench in its own (dev/collbench/collbench.cu, COLLBENCH_PATHS);
 // test/test_flag_roles.sh fails on a flag that names a path without a role. The roles:
 //   PATH_IN_FILE    a file read                    (--load, --tokenizer, --links, --comm-tuning)
 //   PATH_IN_GLOB    files a pattern matches, each  (--train-data, ...; an SFT shard's .mask beside it)

@@ -10,20 +10,19 @@
 //
 // A scope inside another (adamw_update calling adamw_host) is not counted twice: only the
 // outermost one records. The CPU times a scope with the wall clock; the CUDA backend records a
-// pair of CUDA events around it (llmc/cuda/profile_events.cuh) and reads them at the step's end.
+// pair of CUDA events around it (llmc/profile_events.cuh) and reads them at the step's end.
 #pragma once
 
 #include <string.h>
 #include <time.h>
 
-// FLOPs, and the values moved: floatX ones read and written, 4-byte ones read and written
-typedef struct { double flops, x_read, x_written, f_read, f_written; } OpCost;
+#include "profile_costs.h"   // OpCost: what each operation computes and moves
 
 // which part of the step a row belongs to
 #define OP_FWD 0
 #define OP_BWD 1
 #define OP_UPD 2    // zeroing the gradients, their norm, AdamW
-#define OP_COMM 3   // communication on the compute thread (llmc/train/trace.h)
+#define OP_COMM 3   // communication on the compute thread (llmc/trace.h)
 
 typedef struct {
     const char* name;   // a string literal: "matmul", "layernorm", ...
@@ -71,7 +70,7 @@ static inline int profile_row(const char* name, int part, int d1, int d2) {
 
 // the time of one scope: the wall clock on the CPU, a pair of CUDA events on the GPU
 #if (defined(__CUDACC__) || defined(LLMC_EMU)) && !defined(LLMC_CPU)   // the CUDA backend, on a GPU or the emulator (dev/emu)
-#include "cuda/profile_events.cuh"   // profile_timer_begin / profile_timer_end, read at the step's end
+#include "profile_events.cuh"   // profile_timer_begin / profile_timer_end, read at the step's end
 #else
 static inline double profile_timer_begin() { return profile_clock(); }
 static inline void profile_timer_end(int row, double t0) { g_profile.rows[row].seconds += profile_clock() - t0; }
@@ -103,7 +102,7 @@ struct ProfileScope {
 #define PROFILE_OP(...) ProfileScope profile_scope_(__VA_ARGS__)
 
 // Communication the compute thread waited for (tensor, pipeline, context and expert parallelism
-// report theirs to llmc/train/trace.h): a row per kind, time only. Not inside an operation's scope.
+// report theirs to llmc/trace.h): a row per kind, time only. Not inside an operation's scope.
 static inline void profile_communication(const char* kind, double seconds) {
     if (!g_profile.recording || !g_profile_this_thread || g_profile.depth > 0) { return; }
     int row = profile_row(kind, OP_COMM, 0, 0);
@@ -126,4 +125,3 @@ static inline void profile_step_end(double seconds) {
     g_profile.step_seconds += seconds;
 }
 
-#include "profile_costs.h"   // what each operation computes and moves

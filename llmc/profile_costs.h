@@ -12,6 +12,9 @@
 // layernorms, GELU, softmax and AdamW count their arithmetic by the formula, a tanh or an exp as 1.
 #pragma once
 
+// FLOPs, and the values moved: floatX ones read and written, 4-byte ones read and written
+typedef struct { double flops, x_read, x_written, f_read, f_written; } OpCost;
+
 // flops; floatX values read and written; 4-byte values read and written
 static inline OpCost op_cost(double flops, double x_read, double x_written, double f_read, double f_written) {
     OpCost c = {flops, x_read, x_written, f_read, f_written};

@@ -78,7 +78,7 @@ if [ -n "$NCCL_H" ]; then
     jobs+=("bin/train_gpt2cu_mpi|train_gpt2.cu|$mpi @LIBS $mpi_libs"
            "bin/train_gpt2cu_mpi_fp32|train_gpt2.cu|-DENABLE_FP32 $mpi @LIBS $mpi_libs"
            "bin/test_collectives_device|test/test_collectives_device.cu|$mpi @LIBS $mpi_libs"
-           "bin/collbench|collbench.cu|$mpi @LIBS $mpi_libs")
+           "bin/collbench|dev/collbench/collbench.cu|$mpi @LIBS $mpi_libs")
 else
     echo "gpu-bundle: no MPI programs (nccl.h not found: set NCCL_HOME): run.sh --part mpi will say so"
 fi

@@ -26,7 +26,7 @@
 #    The optimised binaries a GPU runs are make's (make train_gpt2cu test_gpt2cu ..., make
 #    gpu-bundle; doc/cuda-backend.md).
 # 3. The CUDA build of the collectives (llmc/comm/'s device path: NCCL and staged MPI on device
-#    buffers, compiled when nvcc builds without -DLLMC_CPU): collbench.cu and
+#    buffers, compiled when nvcc builds without -DLLMC_CPU): dev/collbench/collbench.cu and
 #    test/test_collectives_device.cu compiled and linked with MPI (flags from mpicxx --showme) and
 #    NCCL, test/test_collectives.cu as the "check" above.
 #    Set NCCL_HOME when nccl.h and libnccl are not in nvcc's own include and library paths.
@@ -71,7 +71,7 @@ check() {
 # takes the others
 cuda_srcs=" train_gpt2.cu test/test_gpt2.cu test/test_generate.cu test/test_cuda_kernels.cu test/test_seams.cu "
 if command -v mpicxx >/dev/null; then
-    cuda_srcs+="collbench.cu test/test_collectives.cu test/test_collectives_device.cu "
+    cuda_srcs+="dev/collbench/collbench.cu test/test_collectives.cu test/test_collectives_device.cu "
 fi
 
 # --- 1. every other .cu file with the CPU backend, through nvcc's front end
@@ -130,7 +130,7 @@ done
 if command -v mpicxx >/dev/null; then
     cflags=(-std=c++17 -O0 -Xcicc -O0 -gencode arch=compute_90,code=compute_90 -DUSE_MPI -DOMPI_SKIP_MPICXX "${mpi_cflags[@]}"
             "${nccl_flags[@]}" -Xcompiler -Wall,-Wextra)
-    for f in collbench.cu test/test_collectives_device.cu; do
+    for f in dev/collbench/collbench.cu test/test_collectives_device.cu; do
         out=build/$(basename "$f" .cu)_cuda
         check "nvcc CUDA comm build compiles and links $f -> $out (not run: needs a GPU)" "nvcc CUDA comm build of $f" \
             "build/nvcc_cuda_$(echo "$f" | tr '/.' '__').log" "$NVCC" "${cflags[@]}" "$f" -o "$out" "${mpi_lflags[@]}" -lnccl

@@ -3,7 +3,7 @@
 
 usage: pp_timeline.py TRACE.json OUT.png [--title T] [--step K] [--ranks R0,R1,...] [--optional]
 
-Reads the Chrome trace events the trainer writes with --trace (llmc/train/trace.h: pid = rank,
+Reads the Chrome trace events the trainer writes with --trace (llmc/trace.h: pid = rank,
 tid = track). The pipeline's actions are the compute-track (tid 0) events named F<i>, B<i>,
 W<i> (micro-batch i; a trailing ' or '' for chunks 1 and 2 of an interleaved stage,
 llmc/parallel/pp.h); the other compute events (the blocks inside a backward, the AdamW update,

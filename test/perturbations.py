@@ -96,7 +96,7 @@ PERTURBATIONS = [
     ("a tuning number read up to its first bad character", "llmc/comm/tuning.h", "expr", "*end == 0 && isfinite(*v)", "isfinite(*v)"),
     ("tuning rows allowed to overlap", "llmc/comm/tuning.h", "expr", "!(r.hi < o.lo || o.hi < r.lo)", "0"),
     ("a tuning file without rows for the job accepted", "llmc/comm/auto.h", "expr", "!missing.empty()", "0"),
-    ("a tuning file accepted where auto never runs", "llmc/train/parallel_plan.h", "expr", "a->comm_tuning && plan->mesh.dp_cp.size < 2", "0"),
+    ("a tuning file accepted where auto never runs", "llmc/plan/parallel_plan.h", "expr", "a->comm_tuning && plan->mesh.dp_cp.size < 2", "0"),
     ("a live job's lock taken over", "llmc/train/state_lock.h", "expr", "holder != host || kill((pid_t)pid, 0) == 0 || errno != ESRCH || attempt > 0", "attempt > 0"),
     ("outputs not compared with the inputs", "llmc/paths.h", "expr", "same_file(o, x)", "0"),
     ("no upper bounds on the flags", "llmc/train/train_args_check.h", "expr", "m.value > m.most", "0"),

@@ -9,7 +9,7 @@ what the layer-wise schedule did, from the ORDER of the events only (never their
   preempted    pushes of a unit that started while chunks of a unit whose gradients were ready
                earlier were still to go (a chunk of higher priority going first); printed only:
                it depends on when the backward queued the pushes, i.e. on timing
-Each rank records its events in the order they happen on each thread (llmc/train/trace.h): a chunk's
+Each rank records its events in the order they happen on each thread (llmc/trace.h): a chunk's
 event when the chunk is done, the update's when the update is done. The pulls of an update are
 queued after its event and all done before the next update's (the forward waits for them), so the
 events between two "AdamW update" events in the file are one update's pull and the next step's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of collbench (collbench.cu): a short sweep of small sizes with the data check on,
+# Smoke test of collbench (dev/collbench/collbench.cu): a short sweep of small sizes with the data check on,
 # for every primitive and every algorithm, on 2 and 3 ranks; the total #wrong must be 0.
 # Then -L (the links file, one node), --autotune and auto with its file (-T), and bad flags: every rank must print the one-line error
 # and the job must fail, not hang.

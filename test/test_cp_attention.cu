@@ -84,8 +84,8 @@ static std::vector<float> my_rows(const ContextParallel* cp, const std::vector<f
     for (int b = 0; b < B; b++) {
         for (int s = 0; s < cp->nseg; s++) {
             const float* src = full.data() + ((size_t)b * cp->T + cp_seg_pos(cp, cp->rank, s)) * w;
-            float* dst = mine.data() + ((size_t)b * cp->Tl + (size_t)s * cp->L) * w;
-            memcpy(dst, src, (size_t)cp->L * w * sizeof(float));
+            float* dst = mine.data() + ((size_t)b * cp->Tl + (size_t)s * cp->Tseg) * w;
+            memcpy(dst, src, (size_t)cp->Tseg * w * sizeof(float));
         }
     }
     return mine;

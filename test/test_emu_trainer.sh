@@ -16,7 +16,7 @@
 #       bytes as the uninterrupted run, and the bf16 state continues on train_gpt2cpu within (a)'s
 #       tolerances;
 #   (d) the bf16 build's command-line errors: one line and exit 1;
-#   (e) --profile (llmc/cuda/profile_events.cuh): after 3 steps the table has a row for every operation
+#   (e) --profile (llmc/profile_events.cuh): after 3 steps the table has a row for every operation
 #       of the step, the same rows and calls per step as train_gpt2cpu's table (the PROFILE_OP lines
 #       of llmc/cuda mirror llmc/cpu's), its rows and "other" add up to "step" (print rounding), the
 #       events lie inside the step ("other" is not negative), and the ceilings say they are the emulator's.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every flag that names a path declares its role (llmc/paths.h): the trainer's flag table
-# (llmc/train/train_args.h: ARG_IN_FILE, ARG_IN_GLOB, ARG_IN_DIR, ARG_OUT_FILE, ARG_STATE_DIR),
+# (llmc/plan/train_args.h: ARG_IN_FILE, ARG_IN_GLOB, ARG_IN_DIR, ARG_OUT_FILE, ARG_STATE_DIR),
 # pp_sim's, and collbench's COLLBENCH_PATHS. The checks before any work follow from the role,
 # so a path flag without one would escape them. The test walks each program's flag table as its
 # --help prints it ("--flag KIND help", KIND the role of a path flag) and fails on a flag whose

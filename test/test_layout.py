@@ -2,17 +2,57 @@
 """The shape of the code the parallel seams set up (doc/design-notes.md, "The parallel seams"),
 checked so that it stays that way:
   - train_gpt2.cu's main holds no #if/#ifdef and no MPI call (the plan owns the build and the mesh);
+  - the folders' order is declared once (LAYERS below) and doc/architecture.md's layout draws the same;
+  - no file of llmc/ (nor train_gpt2.cu) includes a file of a folder above its own;
   - no header includes a file that includes it back, directly or through others (no cycle);
+  - every header compiles alone (its own includes are enough), cached in build/layout/ by the
+    content of the header and of everything it includes, so a run where nothing changed is cheap;
   - the data-parallel layout takes the root unit from the parameter table (no fixed tensor indices);
   - the trainer stays short enough to read in one sitting (main under 150 lines);
   - no header in llmc/ over 500 lines; no two headers named alike for different things; nothing
     in llmc/parallel/ includes the flag parser; nothing below the planner includes it.
 Prints PASS/FAIL per check; exit status 1 if any failed."""
+import hashlib
 import os
 import re
+import shutil
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+# The layers, lowest first: a file may include files of its own layer and of the layers below it,
+# never of one above. Declared here once; doc/architecture.md's layout block draws them top first.
+# A folder ends in "/"; "llmc/*.h" is the files directly in llmc/ other than those named alone.
+LAYERS = [
+    ["llmc/*.h"],                    # common: errors, RNG, paths, profiler, precision formats, trace
+    ["llmc/cpu/", "llmc/cuda/"],     # the kernels, one file per layer on each backend
+    ["llmc/backend.h"],              # picks llmc/cpu/ or llmc/cuda/
+    ["llmc/comm/"],                  # communicators and collective algorithms
+    ["llmc/model/"],                 # GPT-2 in pieces; the three extension points (ops, hooks, step)
+    ["llmc/parallel/"],              # one mechanism per file
+    ["llmc/data/"],                  # token and SFT shards, the tokenizer
+    ["llmc/plan/"],                  # the flags and the parallel plan built from them
+    ["llmc/tasks/"],                 # pre-training, SFT, RLVR
+    ["llmc/train/"],                 # the training state, guard, reports
+    ["llmc/planner/"],               # --plan, --mesh auto
+    ["train_gpt2.cu"],               # main
+]
+
+
+def layer_of(path):
+    """The index in LAYERS of a repo-relative path, or None when no layer declares it."""
+    for i, names in enumerate(LAYERS):
+        if path in names:
+            return i
+    folder = os.path.dirname(path) + "/"
+    for i, names in enumerate(LAYERS):
+        if folder in names:
+            return i
+    if folder == "llmc/":
+        return 0
+    return None
 failures = 0
 
 
@@ -77,6 +117,108 @@ for node in graph:
         visit(node, [node])
 report(f"no include cycle among the {len(graph)} headers", not cycles, "; ".join(cycles[:3]))
 
+# the order, drawn in doc/architecture.md's layout block (top first): the names each line starts with
+arch = read("doc/architecture.md")
+block = re.search(r"\n## The layout\n.*?\n```\n(.*?)\n```", arch, re.S)
+drawn = []
+if block:
+    for line in block.group(1).split("\n"):
+        m = re.match(r"\s*((?:llmc/[\w*./]*|train_gpt2\.cu)(?:,\s*(?:llmc/[\w*./]*|train_gpt2\.cu))*)", line)
+        if m:
+            drawn.append([n.strip() for n in m.group(1).split(",")])
+declared = [names for names in reversed(LAYERS)]
+report("doc/architecture.md's layout draws LAYERS, in order", drawn == declared,
+       "" if drawn == declared else f"drawn {drawn} declared (top first) {declared}")
+
+# every include goes down or sideways: llmc/'s files and train_gpt2.cu
+sources = sorted(graph) + [p for p in ["train_gpt2.cu"]]
+undeclared, upward = [], []
+for p in sources:
+    if layer_of(p) is None:
+        undeclared.append(p)
+        continue
+    deps = graph.get(p)
+    if deps is None:   # train_gpt2.cu
+        deps = [os.path.normpath(inc) for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', read(p), re.M)
+                if os.path.exists(os.path.join(ROOT, inc))]
+    for d in deps:
+        if layer_of(d) is not None and layer_of(d) > layer_of(p):
+            upward.append(f"{p} includes {d} ({LAYERS[layer_of(d)][0]} is above {LAYERS[layer_of(p)][0]})")
+report("every file of llmc/ is in a declared layer", not undeclared, ", ".join(undeclared))
+report("no file includes one of a higher layer", not upward, "; ".join(upward))
+for u in upward:
+    print(f"     upward include: {u}")
+
+# every header compiles alone: g++ -fsyntax-only on the header by itself, with the CPU trainer's
+# defines (MPI when mpicxx is there). A pass is remembered in build/layout/ under a hash of the
+# compiler's command and the text of the header and of every header it includes, so only what
+# changed is compiled again. Not compiled here (why): the .cuh files and the NCCL communicators
+# (device code: nvcc, the nvcc suite compiles them inside the CUDA programs); matmul_openblas.h when
+# pkg-config finds no OpenBLAS (it includes cblas.h); headers that include <mpi.h> when mpicxx is missing.
+CUDA_ONLY = {"llmc/comm/comm_nccl.h", "llmc/comm/native_nccl.h"}
+cxx = os.environ.get("CXX", "g++")
+flags = ["-std=c++17", "-fsyntax-only", "-fopenmp", "-x", "c++", "-DLLMC_CPU"]
+mpicxx = shutil.which("mpicxx")
+if mpicxx:
+    flags += ["-DUSE_MPI", "-DOMPI_SKIP_MPICXX"] + subprocess.run([mpicxx, "--showme:compile"], capture_output=True,
+                                                                   text=True).stdout.split()
+has_blas = subprocess.run("pkg-config --exists openblas", shell=True).returncode == 0
+if has_blas:
+    flags += subprocess.run("pkg-config --cflags openblas", shell=True, capture_output=True, text=True).stdout.split()
+
+
+def closure(p, seen):
+    if p in seen:
+        return
+    seen.add(p)
+    for d in graph.get(p, []):
+        closure(d, seen)
+
+
+headers, skipped = [], []
+for p in sorted(graph):
+    if p.endswith(".cuh") or p in CUDA_ONLY:
+        skipped.append(p)
+    elif p == "llmc/cpu/matmul_openblas.h" and not has_blas:
+        skipped.append(p)
+    elif not mpicxx and re.search(r"^\s*#\s*include\s+<mpi\.h>", read(p), re.M):
+        skipped.append(p)
+    else:
+        headers.append(p)
+cache = os.path.join(ROOT, "build", "layout")
+os.makedirs(cache, exist_ok=True)
+command = " ".join([cxx] + flags)
+
+
+def key_of(p):
+    h = hashlib.sha256(command.encode())
+    seen = set()
+    closure(p, seen)
+    for d in sorted(seen):
+        h.update(d.encode() + b"\0" + open(os.path.join(ROOT, d), "rb").read() + b"\0")
+    return h.hexdigest()
+
+
+def compile_alone(p):
+    stamp = os.path.join(cache, key_of(p))
+    if os.path.exists(stamp):
+        return p, None
+    r = subprocess.run([cxx] + flags + [p], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        errors = [l for l in r.stderr.split("\n") if "error" in l]
+        return p, (errors[0] if errors else r.stderr.strip().split("\n")[-1])
+    open(stamp, "w").close()
+    return p, None
+
+
+jobs = int(os.environ.get("LAYOUT_JOBS", os.cpu_count() or 2))
+with ThreadPoolExecutor(max_workers=jobs) as pool:
+    alone = [(p, err) for p, err in pool.map(compile_alone, headers) if err]
+report(f"every header compiles alone ({len(headers)} compiled, {len(skipped)} CUDA-only or missing a library)",
+       not alone, "; ".join(p for p, _ in alone))
+for p, err in alone:
+    print(f"     {p}: {err}")
+
 layout = strip_comments(read("llmc/parallel/bucket_layout.h"))
 fixed = re.findall(r"\{\s*0\s*,\s*1\s*,\s*14\s*,\s*15\s*\}", layout)
 report("the root unit comes from the table, not fixed indices", not fixed)
@@ -94,7 +236,7 @@ clash = sorted(f"{s} ({', '.join(sorted(d))})" for s, d in stems.items()
                if len(d) > 1 and not (len(d) == 2 and "llmc/cuda" in d and ({"llmc/cpu", "llmc"} & set(d))))
 report("no two headers share a name for different things", not clash, "; ".join(clash))
 flags = [p for p in graph if p.startswith("llmc/parallel/")
-         and {"llmc/train/train_args.h", "llmc/train/flag_parser.h"} & set(graph[p])]
+         and {"llmc/plan/train_args.h", "llmc/plan/flag_parser.h"} & set(graph[p])]
 report("nothing in llmc/parallel/ includes the flag parser", not flags, ", ".join(flags))
 upward = [f"{p} -> {d}" for p in graph if p.startswith(("llmc/model/", "llmc/parallel/", "llmc/comm/", "llmc/cpu/", "llmc/cuda/"))
           for d in graph[p] if d.startswith("llmc/planner/")]

@@ -1,4 +1,4 @@
-// Exact tests of the number formats (llmc/model/precision.h) and of the CPU backend's reduced-precision
+// Exact tests of the number formats (llmc/precision.h) and of the CPU backend's reduced-precision
 // storage (llmc/cpu/memory.h: floatx_round; llmc/cpu/adamw.h: master weights).
 //
 // 1. The rounding helpers against a reference built here from the formats' definitions. Every
@@ -29,7 +29,7 @@
 //    update and params[i] == round_bf16_stochastic(master[i], stochastic_bits(i, seed)) (bf16),
 //    round_fp16(master[i]) (fp16).
 // test/test_precision.sh runs this and then builds copies with deliberate bugs in
-// llmc/model/precision.h and llmc/cpu/ to see each reported as FAIL.
+// llmc/precision.h and llmc/cpu/ to see each reported as FAIL.
 // Prints PASS/FAIL lines; exits 1 if any failed.
 #include <float.h>
 #include <stdarg.h>

@@ -21,7 +21,7 @@ CXX=${CXX:-g++}
 # written by test/perturbations.py's switched() (FORM stmt: "if (on) { NEW } else { OLD }", expr:
 # "(on ? (NEW) : (OLD))"), as it does for the trainer; LLMC_PERTURB=N switches bug N on. One build instead of one per bug; each bug must then fail a check of GROUP whose line
 # matches PATTERN.
-P=llmc/model/precision.h
+P=llmc/precision.h
 specs=(
     "round_format rounds ties away from zero|$P|stmt|u += (1u << (k - 1)) - 1u + ((u >> k) & 1u);|u += (1u << (k - 1));|fp16|ties to even"
     "E4M3 overflows to inf (saturate off)|$P|expr|round_format(x, 3, -6, 448.0f, 1)|round_format(x, 3, -6, 448.0f, 0)|e4m3|overflow"

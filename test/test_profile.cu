@@ -19,7 +19,7 @@
 #include <string>
 #include "../llmc/common.h"
 #include "../llmc/model/gpt2.h"
-#include "../llmc/train/step.h"
+#include "../llmc/model/step.h"
 #include "../llmc/train/profile_report.h"
 
 static int failures = 0;

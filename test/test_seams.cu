@@ -27,7 +27,7 @@
 #include <string>
 #include "../llmc/common.h"
 #include "../llmc/model/gpt2.h"
-#include "../llmc/train/step.h"
+#include "../llmc/model/step.h"
 #include "../llmc/model/checkpoint.h"
 
 // the reverse step's tolerance: fp32 sums in another order (CPU, or the CUDA build in fp32);

@@ -256,11 +256,11 @@ typedef struct {
     size_t l2_bytes;
 } DeviceInfo;
 
-// Peak FLOP/s: the table in llmc/train/mfu.h (the one the trainer's MFU uses, so the lab and the
+// Peak FLOP/s: the table in llmc/cuda/mfu.h (the one the trainer's MFU uses, so the lab and the
 // step line agree): dense (no 2:4 sparsity) bf16 tensor-core rates with fp32 accumulation
 // (H100 SXM 989.4, H100 PCIe 756, H200 989.4, A100 312, L40S 362, RTX 4090 165.2 TFLOP/s,
 // ...), or the fp32 CUDA-core rate for the fp32 build. Unknown device: 0, printed as n/a.
-#include "../../llmc/train/mfu.h"
+#include "../../llmc/cuda/mfu.h"
 
 static inline DeviceInfo get_device_info() {
     DeviceInfo d;

@@ -16,7 +16,7 @@
 #include "recursive.h"      // Fold: the fold of p that is not a power of two
 #include "ring.h"           // RING_BROADCAST_CHUNK_BYTES
 
-// The links the model uses, measured by collbench's ping-pong (see "Nodes and links" at the top of collbench.cu):
+// The links the model uses, measured by collbench's ping-pong (see "Nodes and links" at the top of dev/collbench/collbench.cu):
 // inside a node (a, b) and between nodes (a2, b2), seconds per message and per byte. On one
 // node, or when the nodes are irregular, there is one link: a2 = a, b2 = b, node = p, and
 // every formula below reduces to its one-link form.

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <string.h>
+#include "../common.h"   // wall_seconds
+#include "matmul.h"      // the products it times
 
 // the best time of fn() over at least 3 repetitions and about `seconds`
 template <typename F> static inline double ceilings_best_time(F fn, double seconds) {

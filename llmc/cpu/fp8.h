@@ -6,7 +6,7 @@
 #pragma once
 
 #include <math.h>
-#include "../model/precision.h"
+#include "../precision.h"
 
 // max |x| over n values; NaN when any value is NaN (the scale then poisons the step, which the
 // loss scaler or --on-nan sees)

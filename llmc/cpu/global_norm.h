@@ -5,6 +5,11 @@
 // result is the same for any number of threads. Accumulated in double, in vector lanes; out is one float.
 #pragma once
 
+#include <stddef.h>
+#include <stdlib.h>
+#include "../common.h"    // ceil_div
+#include "../profile.h"   // PROFILE_OP, cost_global_norm
+
 static inline void global_norm_squared(float* out, const float* values, size_t count) {
     PROFILE_OP("global norm", OP_UPD, cost_global_norm((double)count));
     const size_t CHUNK = 16384;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <omp.h>
 #include <cblas.h>
+#include "matmul_kernel.h"   // matmul_bias_backward
 
 // this thread's share [lo, hi) of n items, in chunks of 16 floats (one 64-byte cache line)
 static inline void mm_thread_slice(int n, int* lo, int* hi) {

@@ -27,7 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../model/precision.h"   // QUANT_BLOCK and the wire layout's sizes, shared with the CUDA twin
+#include "../precision.h"   // QUANT_BLOCK and the wire layout's sizes, shared with the CUDA twin
+#include "memory.h"   // floatX
 
 static inline void quantize_blocks(int32_t* wire, const floatX* x, size_t n, int bits, float* stats) {
     const int qmax = quant_qmax(bits);

@@ -6,7 +6,7 @@
 
 #include <math.h>
 #include <stddef.h>
-#include "../model/precision.h"
+#include "../precision.h"
 #include "../profile.h"   // PROFILE_OP: each kernel entry point opens with one, timed under --profile
 
 // The storage format of floatX tensors and what rounding to it did: values that were not

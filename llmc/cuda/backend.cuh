@@ -26,7 +26,7 @@
 #include "quantize.cuh"   // block-wise int8/int4 quantisation (ZeRO++: llmc/parallel/dp_zeropp.h)
 #include "fp8.cuh"                 // FP8 simulated: absmax, fake quantisation (llmc/model/fp8_linear.h)
 #include "ceilings.cuh"            // --profile: the GPU's matmul FLOP/s and copy bandwidth, measured
-#include "../train/mfu.h"
+#include "mfu.h"
 
 // Picks GPU local_rank % (number of GPUs), checks it (device.cuh), then sets up cuBLASLt.
 static inline void backend_init(int local_rank) {
@@ -51,7 +51,7 @@ static inline const char* backend_device_name() {
 }
 
 // Dense peak FLOP/s of this GPU in the build's precision (bf16 tensor cores; fp32 CUDA cores
-// for the fp32 build, whose matmuls do not use TF32); 0 when the GPU is not in llmc/train/mfu.h.
+// for the fp32 build, whose matmuls do not use TF32); 0 when the GPU is not in llmc/cuda/mfu.h.
 static inline double backend_peak_flops() {
     backend_ensure_init();
     return device_peak_flops(backend_props.name, FLOATX_IS_BF16);

@@ -2,7 +2,7 @@
 // start-up in well under a second, each the best of several repetitions timed with CUDA events:
 //   compute: the trainer's own matmul (matmul_forward: cuBLASLt in the build's floatX, as the
 //            model calls it) on a 4096 x 4096 x 4096 product: the FLOP/s a GPT-2 step can expect
-//            of its largest operations, below the data-sheet peak (llmc/train/mfu.h) that MFU uses
+//            of its largest operations, below the data-sheet peak (llmc/cuda/mfu.h) that MFU uses
 //   memory:  a device-to-device cudaMemcpy of 512 MiB, each byte counted twice (read and written)
 // The model and its activations are already allocated: both shrink to fit in a quarter of the
 // memory still free. Under the CPU emulator (dev/emu) the same code runs on tiny sizes, and the

@@ -1,11 +1,11 @@
 // FP8, simulated on any GPU (llmc/model/fp8_linear.h; llmc/cpu/fp8.h is the same on the CPU): the largest
 // magnitude of a tensor, and fake quantisation out = round_fp8(in * scale) / scale, with the
-// rounding of llmc/model/precision.h (plain fp32 bit manipulation, so it runs where the GPU has no
+// rounding of llmc/precision.h (plain fp32 bit manipulation, so it runs where the GPU has no
 // FP8 units: every value an FP8 GEMM would read, then a bf16 GEMM with fp32 accumulation).
 #pragma once
 
 #include "common.cuh"
-#include "../model/precision.h"
+#include "../precision.h"
 
 #define FP8_BLOCKS 256
 #define FP8_THREADS 256

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include "common.cuh"
 
-#include "../model/precision.h"   // QUANT_BLOCK and the wire layout's sizes (llmc/cpu/quantize.h explains them)
+#include "../precision.h"   // QUANT_BLOCK and the wire layout's sizes (llmc/cpu/quantize.h explains them)
 
 __device__ __forceinline__ int quant_code_at(const int32_t* blk, int i, int bits) {
     const uint8_t* codes = (const uint8_t*)(blk + 1);

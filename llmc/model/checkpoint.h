@@ -76,7 +76,7 @@ static inline void gpt2_save_full_checkpoint(const GPT2Config* c, const float* f
     fclose_and_rename(f, tmp, path);
 }
 
-// A rank that holds the whole model writes it (a sharded model: llmc/train/parallel_plan.h gathers
+// A rank that holds the whole model writes it (a sharded model: llmc/plan/parallel_plan.h gathers
 // the shards with gpt2_parameters_to_full first).
 static inline void gpt2_save_checkpoint(GPT2* model, const char* path) {
     if (!gpt2_place_is_whole(&model->place, &model->config)) {

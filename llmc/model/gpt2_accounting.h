@@ -5,6 +5,10 @@
 // (llmc/model/gpt2_build.h). Included by llmc/model/gpt2.h (it needs GPT2).
 #pragma once
 
+#include "gpt2_core.h"   // GPT2
+#include "recompute.h"   // the --recompute modes
+#include "moe_stats.h"   // moe_dropped
+
 // The floats the attention op saves per layer for its backward (its own count, or the kernel's)
 static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) {
     const GPT2Ops* o = &model->ops;

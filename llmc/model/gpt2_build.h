@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 #include "../rand.h"
+#include "gpt2_core.h"   // GPT2
+#include "moe_block.h"         // moe_create
+#include "gpt2_accounting.h"   // gpt2_state_bytes
 
 // ---------------------------------------------------------------------------------------
 // The extension points: a placement's table of hooks installed and removed (llmc/model/hooks.h),

@@ -1,6 +1,6 @@
 // The placement hooks: WHERE weights and gradients live and WHEN they are ready, like
 // PyTorch's module hooks. One of the three extension points of doc/architecture.md (the others:
-// the ops of llmc/model/ops.h, how a sublayer is computed; the step of llmc/train/step.h, the order of the
+// the ops of llmc/model/ops.h, how a sublayer is computed; the step of llmc/model/step.h, the order of the
 // passes). The passes (llmc/model/gpt2.h) raise the events; data parallelism's modes
 // (llmc/parallel/dp_*.h) install tables of hooks that answer them:
 //

@@ -41,6 +41,7 @@
 #include "moe_routing.h"   // capacity, the aux loss, the send order (MoERouting)
 #include "moe_buffers.h"   // the routing states and scratch (MoE)
 #include "moe_stats.h"     // what the blocks count and print
+#include "gpt2_core.h"   // GPT2
 
 // Where the experts are. ctx NULL: all on this rank. Expert parallelism (llmc/parallel/ep.h) holds
 // E/ep of them per rank of an ep group (size, rank): its forward sends the kept rows to their

@@ -11,6 +11,7 @@
 #include "../common.h"
 #include "../backend.h"
 #include "params.h"
+#include "gpt2_core.h"   // GPT2, GPT2Place
 #include "ops.h"
 #include "moe_routing.h"
 

@@ -1,6 +1,6 @@
 // The ops: HOW each sublayer of GPT-2 is computed. One of the three extension points of
 // doc/architecture.md (the others: the placement hooks of llmc/model/hooks.h, where weights and
-// gradients live; the step of llmc/train/step.h, the order of the passes).
+// gradients live; the step of llmc/model/step.h, the order of the passes).
 //
 //   x ──ln1──> [linear QKV] ──> [attention] ──> [linear ATTPROJ] ──(+x)──ln2──> [mlp] ──(+)──>
 //   tokens ──> [embedding] ──> blocks ──> lnf ──> [linear LM_HEAD] ──> [classifier] ──> loss

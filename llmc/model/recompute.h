@@ -25,6 +25,7 @@
 #pragma once
 
 #include <string.h>
+#include "gpt2_core.h"   // GPT2
 
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 static inline const char* gpt2_recompute_name(int r) {

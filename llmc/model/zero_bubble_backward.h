@@ -18,6 +18,8 @@
 #pragma once
 
 #include <string.h>
+#include "gpt2_core.h"   // GPT2
+#include "recompute.h"   // the --recompute modes
 
 typedef struct { floatX *dres3, *dfch, *dln2, *dres2, *dqkv, *dln1; } BlockGradKeep;
 

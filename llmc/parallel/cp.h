@@ -62,10 +62,10 @@ static inline void cp_slice(ContextParallel* cp, const MicroBatch* mb, int slot,
     w.resize(mb->weights ? n : 0);
     for (int b = 0; b < mb->B; b++) {
         for (int g = 0; g < cp->nseg; g++) {
-            size_t src = (size_t)b * cp->T + cp_seg_pos(cp, cp->rank, g), dst = (size_t)b * cp->Tl + (size_t)g * cp->L;
-            memcpy(&in[dst], mb->inputs + src, cp->L * sizeof(int));
-            memcpy(&tg[dst], mb->targets + src, cp->L * sizeof(int));
-            if (mb->weights) { memcpy(&w[dst], mb->weights + src, cp->L * sizeof(float)); }
+            size_t src = (size_t)b * cp->T + cp_seg_pos(cp, cp->rank, g), dst = (size_t)b * cp->Tl + (size_t)g * cp->Tseg;
+            memcpy(&in[dst], mb->inputs + src, cp->Tseg * sizeof(int));
+            memcpy(&tg[dst], mb->targets + src, cp->Tseg * sizeof(int));
+            if (mb->weights) { memcpy(&w[dst], mb->weights + src, cp->Tseg * sizeof(float)); }
         }
     }
     *out = MicroBatch{in.data(), tg.data(), mb->weights ? w.data() : NULL, mb->B, cp->Tl};
@@ -116,7 +116,7 @@ static inline void cp_shape(ContextParallel* cp, int p, int rank, CPAlgo algo, i
     cp->T = T;
     cp->Tl = T / cp->cp;
     cp->nseg = zigzag ? 2 : 1;
-    cp->L = cp->Tl / cp->nseg;
+    cp->Tseg = cp->Tl / cp->nseg;
 }
 
 // The group, the split and the scratch for micro-batches of up to B sequences, attention of C
@@ -223,7 +223,7 @@ static inline void cp_init(ContextParallel* cp, GPT2* model, Comm* comm, CPAlgo 
     std::vector<int> pos((size_t)B * Tl);   // this rank's positions, the same in every sequence
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < cp->nseg; g++) {
-            for (int i = 0; i < cp->L; i++) { pos[(size_t)b * Tl + g * cp->L + i] = cp_seg_pos(cp, cp->rank, g) + i; }
+            for (int i = 0; i < cp->Tseg; i++) { pos[(size_t)b * Tl + g * cp->Tseg + i] = cp_seg_pos(cp, cp->rank, g) + i; }
         }
     }
     cp->positions = (int*)device_malloc(pos.size() * sizeof(int));

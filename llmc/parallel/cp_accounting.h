@@ -23,7 +23,7 @@ static inline double cp_rank_pairs(const ContextParallel* cp, int r) {
     double n = 0;
     for (int s = 0; s < cp->cp; s++) {
         for (int qs = 0; qs < cp->nseg; qs++) {
-            for (int ks = 0; ks < cp->nseg; ks++) { n += cp_pairs(cp_seg_pos(cp, r, qs), cp_seg_pos(cp, s, ks), cp->L); }
+            for (int ks = 0; ks < cp->nseg; ks++) { n += cp_pairs(cp_seg_pos(cp, r, qs), cp_seg_pos(cp, s, ks), cp->Tseg); }
         }
     }
     return n;
@@ -57,8 +57,8 @@ static inline void cp_print_plan(const ContextParallel* cp) {
     const GPT2* m = cp->model;
     printf("context parallel cp %d, %s split, %s attention: %d of %d tokens per sequence on each rank", cp->cp,
            cp->zigzag ? "zigzag" : "plain", CP_ALGO_NAMES[cp->algo], cp->Tl, cp->T);
-    if (cp->zigzag) { printf(" (chunks r and %d-r of %d tokens)\n", 2 * cp->cp - 1, cp->L); }
-    else { printf(" (block r of %d tokens)\n", cp->L); }
+    if (cp->zigzag) { printf(" (chunks r and %d-r of %d tokens)\n", 2 * cp->cp - 1, cp->Tseg); }
+    else { printf(" (block r of %d tokens)\n", cp->Tseg); }
     // the attention work of every rank, per layer, sequence and head: (query, key) pairs
     std::vector<double> pairs(cp->cp);
     for (int r = 0; r < cp->cp; r++) { pairs[r] = cp_rank_pairs(cp, r); }

@@ -1,13 +1,13 @@
 // What a context-parallel rank holds: its part of every sequence (the plain or zigzag split,
 // pictured in cp_ring.h) and the buffers its attention works in. Segment s (s < nseg) of rank r
-// is L tokens from global position cp_seg_pos(r, s), at local rows [s L, (s+1) L).
+// is Tseg tokens from global position cp_seg_pos(r, s), at local rows [s Tseg, (s+1) Tseg).
 #pragma once
 
 #include <vector>
 #include <algorithm>
 #include "../model/gpt2.h"
-#include "../train/step.h"
-#include "../train/trace.h"
+#include "../model/step.h"
+#include "../trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "../comm/alltoall.h"
@@ -23,7 +23,7 @@ typedef struct ContextParallel {
     int use_ring;          // allgather / reduce-scatter / all-to-all: ours (bytes counted) or native
     GPT2* model;
     int T, Tl;             // the whole sequence and this rank's part of it
-    int nseg, L;           // segments per rank (2 zigzag, 1 plain) and their length
+    int nseg, Tseg;           // segments per rank (2 zigzag, 1 plain) and their length
     GPT2Step inner;        // the step it wraps (gradient accumulation, or a pipeline schedule)
     MicroBatchSource outer;   // the task's micro-batches (whole sequences), during a step
     std::vector<std::vector<int>> inputs, targets;   // this rank's tokens of each micro-batch
@@ -32,7 +32,7 @@ typedef struct ContextParallel {
     // scratch (device), sized for the model's max_B
     floatX* kv[2];         // ring: the K,V block in hand and the next one (B, Tl, 2C); allgather: kv[0] own
     floatX* kv_all;        // allgather: every rank's block, (cp, B, Tl, 2C)
-    float* o_part;         // one block pair's partial output (B, L, C) and lse (B, NH, L)
+    float* o_part;         // one block pair's partial output (B, Tseg, C) and lse (B, NH, Tseg)
     float* lse_part;
     float* delta;          // (B, NH, Tl): dO . O
     float* dq;             // (B, Tl, C) fp32
@@ -52,18 +52,18 @@ typedef struct ContextParallel {
 
 // the split: plain, rank r holds block r; zigzag, chunks r and 2cp-1-r
 static inline int cp_seg_pos(const ContextParallel* cp, int r, int s) {
-    if (!cp->zigzag) { return r * cp->L; }
-    return s == 0 ? r * cp->L : (2 * cp->cp - 1 - r) * cp->L;
+    if (!cp->zigzag) { return r * cp->Tseg; }
+    return s == 0 ? r * cp->Tseg : (2 * cp->cp - 1 - r) * cp->Tseg;
 }
 
-// visible (query, key) pairs between L queries from qpos and L keys from kpos (causal by position)
-static inline double cp_pairs(int qpos, int kpos, int L) {
+// visible (query, key) pairs between Tseg queries from qpos and Tseg keys from kpos (causal by position)
+static inline double cp_pairs(int qpos, int kpos, int Tseg) {
     double n = 0;
-    for (int i = 0; i < L; i++) { n += std::min(std::max(qpos + i - kpos + 1, 0), L); }
+    for (int i = 0; i < Tseg; i++) { n += std::min(std::max(qpos + i - kpos + 1, 0), Tseg); }
     return n;
 }
 // a key segment entirely after the query segment: nothing to compute
-static inline int cp_future(int qpos, int kpos, int L) { return kpos > qpos + L - 1; }
+static inline int cp_future(int qpos, int kpos, int Tseg) { return kpos > qpos + Tseg - 1; }
 
 // the ring's neighbours: blocks go to r+1 and come from r-1
 static inline int cp_next(const ContextParallel* cp) { return (cp->rank + 1) % cp->cp; }

@@ -40,17 +40,17 @@
 // merged into the accumulator (o_acc (B, Tl, C) fp32, lse_acc (B, NH, Tl)).
 static inline void cp_block_forward(ContextParallel* cp, int B, float* o_acc, float* lse_acc, const floatX* qkv,
                                     const floatX* kv, int src, int C, int NH) {
-    int L = cp->L, Tl = cp->Tl;
+    int Tseg = cp->Tseg, Tl = cp->Tl;
     for (int qs = 0; qs < cp->nseg; qs++) {
         int qpos = cp_seg_pos(cp, cp->rank, qs);
         for (int ks = 0; ks < cp->nseg; ks++) {
             int kpos = cp_seg_pos(cp, src, ks);
-            if (cp_future(qpos, kpos, L)) { continue; }
-            const floatX* k = kv + (size_t)ks * L * 2 * C;
-            attention_block_forward(cp->o_part, cp->lse_part, qkv + (size_t)qs * L * 3 * C, Tl, 3 * C, k, k + C, Tl, 2 * C,
-                                    B, L, L, C, NH, qpos, kpos);
-            attention_merge(o_acc + (size_t)qs * L * C, lse_acc + (size_t)qs * L, Tl, cp->o_part, cp->lse_part, B, L, C, NH);
-            cp->pairs_step += cp_pairs(qpos, kpos, L);
+            if (cp_future(qpos, kpos, Tseg)) { continue; }
+            const floatX* k = kv + (size_t)ks * Tseg * 2 * C;
+            attention_block_forward(cp->o_part, cp->lse_part, qkv + (size_t)qs * Tseg * 3 * C, Tl, 3 * C, k, k + C, Tl, 2 * C,
+                                    B, Tseg, Tseg, C, NH, qpos, kpos);
+            attention_merge(o_acc + (size_t)qs * Tseg * C, lse_acc + (size_t)qs * Tseg, Tl, cp->o_part, cp->lse_part, B, Tseg, C, NH);
+            cp->pairs_step += cp_pairs(qpos, kpos, Tseg);
         }
     }
 }
@@ -58,17 +58,17 @@ static inline void cp_block_forward(ContextParallel* cp, int B, float* o_acc, fl
 // Backward of the same pairs: dq (B, Tl, C) and this block's dkv (B, Tl, 2C) accumulate (fp32)
 static inline void cp_block_backward(ContextParallel* cp, int B, float* dq, float* dkv, const floatX* dout,
                                      const float* lse, const floatX* qkv, const floatX* kv, int src, int C, int NH) {
-    int L = cp->L, Tl = cp->Tl;
+    int Tseg = cp->Tseg, Tl = cp->Tl;
     for (int qs = 0; qs < cp->nseg; qs++) {
         int qpos = cp_seg_pos(cp, cp->rank, qs);
         for (int ks = 0; ks < cp->nseg; ks++) {
             int kpos = cp_seg_pos(cp, src, ks);
-            if (cp_future(qpos, kpos, L)) { continue; }
-            size_t q0 = (size_t)qs * L, k0 = (size_t)ks * L;
+            if (cp_future(qpos, kpos, Tseg)) { continue; }
+            size_t q0 = (size_t)qs * Tseg, k0 = (size_t)ks * Tseg;
             const floatX* k = kv + k0 * 2 * C;
             float* dk = dkv + k0 * 2 * C;
             attention_block_backward(dq + q0 * C, Tl, dk, dk + C, Tl, 2 * C, dout + q0 * C, Tl, lse + q0, cp->delta + q0, Tl,
-                                     qkv + q0 * 3 * C, Tl, 3 * C, k, k + C, Tl, 2 * C, B, L, L, C, NH, qpos, kpos);
+                                     qkv + q0 * 3 * C, Tl, 3 * C, k, k + C, Tl, 2 * C, B, Tseg, Tseg, C, NH, qpos, kpos);
         }
     }
 }

@@ -26,8 +26,8 @@ static inline void cp_a2a_unpack(const ContextParallel* cp, int B, floatX* full,
     size_t blk = (size_t)B * cp->Tl * w;
     for (int s = 0; s < cp->cp; s++) {
         for (int g = 0; g < cp->nseg; g++) {
-            copy_rows(full + (size_t)cp_seg_pos(cp, s, g) * w, cp->T, w, recv + s * blk + (size_t)g * cp->L * w, cp->Tl, w, B,
-                      cp->L, w);
+            copy_rows(full + (size_t)cp_seg_pos(cp, s, g) * w, cp->T, w, recv + s * blk + (size_t)g * cp->Tseg * w, cp->Tl, w, B,
+                      cp->Tseg, w);
         }
     }
 }
@@ -36,8 +36,8 @@ static inline void cp_a2a_pack(const ContextParallel* cp, int B, floatX* send, c
     size_t blk = (size_t)B * cp->Tl * w;
     for (int s = 0; s < cp->cp; s++) {
         for (int g = 0; g < cp->nseg; g++) {
-            copy_rows(send + s * blk + (size_t)g * cp->L * w, cp->Tl, w, full + (size_t)cp_seg_pos(cp, s, g) * w, cp->T, w, B,
-                      cp->L, w);
+            copy_rows(send + s * blk + (size_t)g * cp->Tseg * w, cp->Tl, w, full + (size_t)cp_seg_pos(cp, s, g) * w, cp->T, w, B,
+                      cp->Tseg, w);
         }
     }
 }

@@ -1,6 +1,6 @@
 // Data parallelism: the trainer's entry points. One optimizer step on N ranks:
 //   dp_zero_grad                  start of the step
-//   for each micro-step:          (the step, llmc/train/step.h)
+//   for each micro-step:          (the step, llmc/model/step.h)
 //     forward, loss, backward     the mode's placement hooks run inside: micro_begin says
 //                                 whether this backward communicates, the bucket hooks hand
 //                                 ready gradients to the communication thread

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 #include "../model/gpt2.h"
-#include "../train/trace.h"
+#include "../trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "../comm/auto.h"

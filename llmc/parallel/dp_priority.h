@@ -62,6 +62,8 @@
 #include "../comm/ps.h"
 #include "dp_mode.h"
 #include "buckets.h"
+#include "dp_ddp.h"   // ddp_update
+#include "dp_ps.h"    // ps_formula_bytes
 
 // a contiguous range of the flat buffers, in one unit and one server's slice
 typedef struct {

@@ -24,6 +24,7 @@
 
 #include "../comm/ps.h"
 #include "dp_mode.h"
+#include "dp_compress.h"   // compress_ps_push
 
 // A server's optimizer state covers its slice of the flat buffers; its segments are that slice
 // cut at tensor boundaries. Workers own nothing.

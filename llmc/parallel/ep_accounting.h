@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <vector>
+#include "ep_core.h"   // ExpertParallel, GPT2Config, GPT2Place
 
 // the expert parameters a rank holds: Lm E/ep experts of 8 C^2/tp + 4 C/tp + C
 static inline size_t ep_formula_expert_params(const GPT2Config* c, const GPT2Place* pl) {

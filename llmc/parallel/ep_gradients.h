@@ -11,6 +11,8 @@
 // their segments to dp's update (ExpertOwners), so one clip covers the model.
 #pragma once
 
+#include "ep_core.h"   // ExpertParallel, ep_comm_ready
+
 // the block's expert tensors' gradients: ep's buffer, laid out as in the flat buffer
 static inline void ep_block_backward_begin(void* ctx, int l, BlockWeights* w, BlockWeights* g) {
     (void)w;

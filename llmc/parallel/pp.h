@@ -1,6 +1,6 @@
 // Pipeline parallelism, the executor: the model's layers split over the p ranks of the pp group
 // (stages); each stage runs its list of a schedule (pp_1f1b.h) action by action on the
-// model's pieces (gpt2.h), as the plan's step (train/step.h).
+// model's pieces (gpt2.h), as the plan's step (model/step.h).
 //
 //   stage 0          stage 1          stage 2          stage 3
 //   [emb|blk 0-1] -> [blk 2-3]     -> [blk 4-5]     -> [blk 6-7|lnf|head|loss]    activations
@@ -26,7 +26,7 @@
 
 #include <vector>
 #include "../model/gpt2.h"
-#include "../train/step.h"
+#include "../model/step.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 #include "dp_core.h"
@@ -38,7 +38,7 @@ typedef struct PipelineParallel {
     Comm embed;              // the embedding group: stages 0 and p-1 (a group of one elsewhere)
     int p, stage, v, m, kind;
     int use_ring;            // 1: our ring all-reduce for the embedding group (bytes counted)
-    PPSchedule sched;
+    PPSchedule schedule;
     GPT2* model;
     // activation slots: one per (micro-batch, chunk) in flight
     std::vector<int> slot_of;      // [micro * v + chunk] -> slot, or -1
@@ -172,7 +172,7 @@ static inline void pp_exchange(PipelineParallel* pp, const std::vector<PPAction>
         CommMsg* msg = &msgs[k - i];
         msg->count = pp_stream_count(pp, &mb);
         msg->peer = a->peer;
-        msg->tag = pp_message_tag(pp_is_grad(a->kind), a->micro, pp_sender_chunk(pp->sched, pp->stage, *a));
+        msg->tag = pp_message_tag(pp_is_grad(a->kind), a->micro, pp_sender_chunk(pp->schedule, pp->stage, *a));
         if (a->kind == PP_SEND_ACT) { msg->send = gpt2_stage_output(model, slot); }
         if (a->kind == PP_RECV_ACT) { msg->recv = model->acts[slot].encoded; }
         if (a->kind == PP_SEND_GRAD) {
@@ -226,7 +226,7 @@ static inline float pp_step_run(void* ctx, GPT2* model, const MicroBatchSource* 
     PipelineParallel* pp = (PipelineParallel*)ctx;
     (void)model;   // pp->model: the same
     if (n != pp->m) { die("the pipeline schedule was built for %d micro-batches, the step has %d", pp->m, n); }
-    const std::vector<PPAction>& list = pp->sched.stages[pp->stage];
+    const std::vector<PPAction>& list = pp->schedule.stages[pp->stage];
     std::fill(pp->passes.begin(), pp->passes.end(), 0);
     pp->peak_in_flight = 0;
     pp->bytes_start = pp->comm->bytes_sent;

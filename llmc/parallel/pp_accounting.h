@@ -32,7 +32,7 @@ static inline void pp_print_plan(const PipelineParallel* pp, const GPT2Config* c
     printf("pipeline     pp %d, schedule %s", pp->p, pp_schedule_name(pp->kind));
     if (pp->v > 1) { printf(" with %d chunks per stage", pp->v); }
     printf(", %d micro-batches per step (= --grad-accum)\n", pp->m);
-    std::vector<int> peak = pp_peak_inflight(pp->sched);
+    std::vector<int> peak = pp_peak_inflight(pp->schedule);
     for (int s = 0; s < pp->p; s++) {
         GPT2Place pl = gpt2_place_whole(cfg);
         pp_stage_place(&pl, cfg->num_layers, pp->p, pp->v, split, s);
@@ -44,13 +44,13 @@ static inline void pp_print_plan(const PipelineParallel* pp, const GPT2Config* c
                pl.has_embedding ? " + embedding" : "", pl.has_head ? " + lnf, LM head, loss" : "", peak[s], acts[s] / 1048576.0);
     }
     PPCosts eq = {1.0, 1.0, 1.0, 0.0};
-    PPSim sim = pp_simulate(pp->sched, eq);   // what --pp-print draws
+    PPSim sim = pp_simulate(pp->schedule, eq);   // what --pp-print draws
     printf("  bubble     %.3f simulated with F = B = W, formula %.3f; tied wte summed over stages 0 and %d\n", sim.bubble,
            pp_formula_bubble(pp->kind, pp->p, pp->m, pp->v, eq), pp->p - 1);
     if (print_timeline) {
         printf("pipeline schedule (--pp-print), F = B = W = 1 time unit:\n");
-        pp_print_timeline(stdout, pp->sched, sim);
-        pp_print_lists(stdout, pp->sched);
+        pp_print_timeline(stdout, pp->schedule, sim);
+        pp_print_lists(stdout, pp->schedule);
     }
 }
 
@@ -66,7 +66,7 @@ static inline int pp_print_memory(const PipelineParallel* pp) {
            pp->stage, pp->p, m->num_parameters, m->num_parameters_full, psi, m->acts_requested / 1048576.0, m->num_slots,
            acts / 1048576.0);
     printf("  pp buffers %9.3f MiB  (a received gradient B Ts C%s)\n", pp->buffer_bytes / 1048576.0,
-           pp->sched.split_backward ? ", ZB-H1's kept output gradients per slot and layer" : "");
+           pp->schedule.split_backward ? ", ZB-H1's kept output gradients per slot and layer" : "");
     printf("pp memory check %s (measured %s formula on all %d stages)\n", all_ok ? "ok" : "FAILED", all_ok ? "=" : "!=", pp->p);
     return all_ok;
 }
@@ -77,7 +77,7 @@ static inline int pp_print_memory(const PipelineParallel* pp) {
 static inline void pp_report_step(PipelineParallel* pp, int B, int T) {
     uint64_t sent = pp->comm->bytes_sent - pp->bytes_start, want = pp_formula_bytes(pp, B, T);
     uint64_t esent = pp->embed.bytes_sent - pp->embed_bytes_start, ewant = pp_formula_embed_bytes(pp);
-    int peak_want = pp_peak_inflight(pp->sched)[pp->stage];
+    int peak_want = pp_peak_inflight(pp->schedule)[pp->stage];
     // per stage: wall time of the schedule, busy time; mean action times over the stages
     const PPMeasure* t = &pp->measured;
     double span = t->t_end - t->t_start, local[8] = {t->busy, t->act_seconds[0], t->act_seconds[1], t->act_seconds[2],
@@ -90,8 +90,8 @@ static inline void pp_report_step(PipelineParallel* pp, int B, int T) {
     MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, pp->comm->mpi);
     double measured = max_span > 0 ? 1.0 - sums[0] / (pp->p * max_span) : 0.0;
     PPCosts c = {sums[4] > 0 ? sums[1] / sums[4] : 0.0, sums[5] > 0 ? sums[2] / sums[5] : 0.0, sums[6] > 0 ? sums[3] / sums[6] : 0.0, 0.0};
-    if (!pp->sched.split_backward) { c.w = 0.0; }   // B is the whole backward: its measured time already holds W
-    PPSim sim = pp_simulate(pp->sched, c);
+    if (!pp->schedule.split_backward) { c.w = 0.0; }   // B is the whole backward: its measured time already holds W
+    PPSim sim = pp_simulate(pp->schedule, c);
     printf("  pp comm | sent %9.3f MiB (formula %9.3f MiB, %s) + embedding group %.3f MiB (formula %.3f) | "
            "in flight %d (schedule %d) | %.1f ms | check %s\n",
            sent / 1048576.0, want / 1048576.0, sent == want ? "equal" : "DIFFERENT", esent / 1048576.0, ewant / 1048576.0,

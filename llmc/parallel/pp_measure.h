@@ -1,11 +1,11 @@
 // What a pipeline step measures on its stage, for the report after it (pp_accounting.h): the
 // wall time of the schedule, the time and count of its F, B and W, and the time in messages.
-// Each action is also a trace event (train/trace.h): compute on track 0, messages on track 3.
+// Each action is also a trace event (trace.h): compute on track 0, messages on track 3.
 #pragma once
 
 #include <stdio.h>
 #include <string.h>
-#include "../train/trace.h"
+#include "../trace.h"
 #include "pp_1f1b.h"
 
 typedef struct {

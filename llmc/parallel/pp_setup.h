@@ -1,4 +1,4 @@
-// Setting up a pipeline stage and handing it to the plan (parallel/plan.h): which layers each
+// Setting up a pipeline stage and handing it to the plan (llmc/plan/parallel_plan.h): which layers each
 // stage holds (pp_stage_place, checked by pp_check_layers); the schedule built and checked, the
 // activation slots for its peak in flight, the embedding group (pp_init); the step and the
 // evaluation's forward through the stages (pp_step); what the update asks of the pipeline
@@ -103,10 +103,10 @@ static inline void pp_init(PipelineParallel* pp, GPT2* model, Comm* comm, int ki
     pp->root_done = NULL;
     std::string err = pp_schedule_check(kind, pp->p, m, v);
     if (!err.empty()) { die("--pp-schedule %s: %s", pp_schedule_name(kind), err.c_str()); }
-    pp->sched = pp_build(kind, pp->p, m, v);
-    err = pp_validate(pp->sched);
+    pp->schedule = pp_build(kind, pp->p, m, v);
+    err = pp_validate(pp->schedule);
     if (!err.empty()) { die("pipeline schedule %s (p %d, m %d, v %d) is invalid: %s", pp_schedule_name(kind), pp->p, m, v, err.c_str()); }
-    int slots = pp_peak_inflight(pp->sched)[pp->stage];
+    int slots = pp_peak_inflight(pp->schedule)[pp->stage];
     gpt2_allocate_activations_slots(model, pp->model->max_B, pp->model->max_T, slots);
     pp->slot_of.assign((size_t)m * v, -1);
     pp->free_slots.clear();
@@ -121,7 +121,7 @@ static inline void pp_init(PipelineParallel* pp, GPT2* model, Comm* comm, int ki
     pp->weight = NULL;
     pp->keep = NULL;
     pp->keep_per_layer = 0;
-    if (pp->sched.split_backward) { pp_split_backward_init(pp, slots); }
+    if (pp->schedule.split_backward) { pp_split_backward_init(pp, slots); }
     int member = pp->stage == 0 || pp->stage == pp->p - 1;
     pp->embed = comm_split(comm, member ? 0 : 1 + pp->stage, pp->stage, "pp-embedding");
 #ifdef LLMC_CUDA_COMM

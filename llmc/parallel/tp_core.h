@@ -10,11 +10,11 @@
 // The collectives run on the compute thread, in order, as Megatron's do on the compute stream:
 // each one is on the critical path (no overlap), and its time is the "tp comm" time printed per
 // step. Data parallelism's thread may run its own collectives on the dp group at the same time,
-// which needs MPI_THREAD_MULTIPLE (llmc/train/parallel_plan.h asks for it).
+// which needs MPI_THREAD_MULTIPLE (llmc/plan/parallel_plan.h asks for it).
 #pragma once
 
 #include "../model/gpt2.h"
-#include "../train/trace.h"
+#include "../trace.h"
 #include "../comm/native.h"
 #include "../comm/ring.h"
 

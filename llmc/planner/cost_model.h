@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 #include "../model/gpt2.h"
-#include "../train/train_args.h"
+#include "../plan/train_args.h"
 #include "../train/rank_figures.h"
-#include "../train/parallel_config.h"
+#include "../plan/parallel_config.h"
 #include "../parallel/mesh.h"
 #include "../parallel/placement.h"
 #include "../parallel/dp.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 #include "../common.h"
-#include "../train/train_args.h"
+#include "../plan/train_args.h"
 
 typedef struct {
     std::string name;

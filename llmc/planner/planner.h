@@ -22,7 +22,7 @@
 #pragma once
 
 #include <string.h>
-#include "../train/train_args.h"
+#include "../plan/train_args.h"
 #include "../train/model_from_args.h"
 #include "machine.h"
 #include "search.h"

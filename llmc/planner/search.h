@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "../train/train_args.h"
+#include "../plan/train_args.h"
 #include "../train/train_args_check.h"
 #include "cost_model.h"
 

@@ -8,7 +8,7 @@
 // One optimizer step asks the task, in this order:
 //   begin_step(step)  -> dloss: fetch (or generate) this step's n micro-batches, return the
 //                      loss scale that makes the sum over micro-batches and ranks a mean
-//   micro[i]          the micro-batches (host arrays), read by the step (llmc/train/step.h) in any order
+//   micro[i]          the micro-batches (host arrays), read by the step (llmc/model/step.h) in any order
 //   step_loss(loss)   the loss to print (RLVR with a KL penalty prints its own objective)
 //   report(step)      lines after the step line (RLVR: reward, accuracy, ...; its metrics file)
 // and, every --eval-every steps, val_loss (combined over ranks) for task_evaluate, which adds
@@ -22,10 +22,10 @@
 #include "../model/gpt2.h"
 #include "../data/tokenizer.h"
 #include "eval.h"
-#include "../train/step.h"
-#include "../train/log.h"
-#include "../train/train_args.h"
-#include "../train/parallel_plan.h"
+#include "../model/step.h"
+#include "../plan/log.h"
+#include "../plan/train_args.h"
+#include "../plan/parallel_plan.h"
 
 // Where a run stands, as text key -> value: what the training state (llmc/train/train_state.h)
 // saves besides the tensors, and gives back on --resume. Every value is the same on every rank

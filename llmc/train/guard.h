@@ -51,8 +51,8 @@
 #include <vector>
 #include "../common.h"
 #include "../model/gpt2.h"
-#include "train_args.h"
-#include "parallel_plan.h"
+#include "../plan/train_args.h"
+#include "../plan/parallel_plan.h"
 #include "watchdog.h"
 #include "fault_injection.h"
 #include "straggler.h"

@@ -3,7 +3,7 @@
 // itself (gpt2_from_args), built as the shard this rank holds. The planner needs only the shape.
 #pragma once
 
-#include "train_args.h"
+#include "../plan/train_args.h"
 #include "../model/gpt2.h"
 #include "../model/checkpoint.h"
 

@@ -1,5 +1,5 @@
 // The trainer's paths, checked before MPI starts, before any work: every flag of the table
-// (llmc/train/train_args.h) that names a path declares its role there (ARG_IN_FILE, ARG_IN_GLOB,
+// (llmc/plan/train_args.h) that names a path declares its role there (ARG_IN_FILE, ARG_IN_GLOB,
 // ARG_IN_DIR, ARG_OUT_FILE, ARG_STATE_DIR), and llmc/paths.h's paths_check derives the checks
 // from the roles, for every declared path, given or default, whether or not this run's task
 // reads it (a path named as an input is never written):
@@ -17,7 +17,7 @@
 #include <vector>
 #include "../common.h"
 #include "../paths.h"
-#include "flag_parser.h"
+#include "../plan/flag_parser.h"
 
 // rank: this process's rank from the launcher's environment (die's; -1 for one process)
 static inline void train_paths_check(int rank) {

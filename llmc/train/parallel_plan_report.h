@@ -1,4 +1,4 @@
-// What the run's parallel plan (llmc/train/parallel_plan.h) prints and reports, beside what it
+// What the run's parallel plan (llmc/plan/parallel_plan.h) prints and reports, beside what it
 // does: before training, the memory table, the mesh and each strategy's plan (plan_print_layout);
 // after each step, the bytes each communicator sent against its formula (plan_report_step);
 // at the end, the communication time hidden behind compute (plan_print_summary). Also the
@@ -8,9 +8,9 @@
 
 #include <string>
 #include <vector>
-#include "parallel_plan.h"
+#include "../plan/parallel_plan.h"
 #include "rank_figures.h"
-#include "trace.h"
+#include "../trace.h"
 #include "profile_report.h"
 #include "../parallel/mesh_nodes.h"
 

@@ -14,6 +14,7 @@
 
 #include <stdio.h>
 #include "../profile.h"
+#include "../backend.h"   // floatX, backend_measure_ceilings
 
 typedef struct {
     double peak, bandwidth;   // FLOP/s, bytes/s

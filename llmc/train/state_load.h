@@ -10,16 +10,16 @@
 #include <unistd.h>
 #include "../common.h"
 #include "../model/gpt2.h"
-#include "train_args.h"
+#include "../plan/train_args.h"
 #include "../tasks/task.h"
 #include "loss_scale.h"
-#include "parallel_plan.h"
+#include "../plan/parallel_plan.h"
 #include "train_state.h"
 #include "state_manifest.h"
 #include "state_shards.h"
 
 // The model: from the state with --resume (its shape, its parameters cut to this rank's place),
-// else as the flags say (llmc/train/train_args.h).
+// else as the flags say (llmc/plan/train_args.h).
 static inline void train_state_model(GPT2* model, const TrainArgs* a, PlaceFn place, void* ctx) {
     if (!a->resume) { gpt2_from_args(model, a, place, ctx); return; }
     Manifest mf = manifest_read(a->resume);

@@ -18,9 +18,9 @@
 #include <vector>
 #include "../common.h"
 #include "../model/gpt2.h"
-#include "train_args.h"
+#include "../plan/train_args.h"
 #include "../tasks/task.h"
-#include "parallel_plan.h"
+#include "../plan/parallel_plan.h"
 #include "state_files.h"
 
 // A manifest read and checked, with the small files it vouches for

@@ -20,7 +20,7 @@
 #include "../common.h"
 #include "../model/gpt2.h"
 #include "../tasks/task.h"
-#include "parallel_plan.h"
+#include "../plan/parallel_plan.h"
 #include "train_state.h"
 #include "state_files.h"
 #include "state_manifest.h"

@@ -14,7 +14,7 @@
 #include <vector>
 #include "../common.h"
 #include "../model/gpt2.h"
-#include "parallel_plan.h"
+#include "../plan/parallel_plan.h"
 #include "state_manifest.h"
 
 // a rank file: header int64[8], runs, values (llmc/train/train_state.h)

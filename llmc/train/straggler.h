@@ -9,7 +9,7 @@
 //                        takes that rank's requests only when no other worker can move, the
 //                        slowest it can be without stopping the run; the same schedule on every
 //                        run. Nothing sleeps: the server reads the flag (DPConfig.held).
-// The form is checked in llmc/train/train_args.h; the rank here, where the world size is known
+// The form is checked in llmc/plan/train_args.h; the rank here, where the world size is known
 // (every rank finds the same error before step 1).
 #pragma once
 

@@ -1,14 +1,14 @@
 // Every check of the flags that needs no file: each value (train_args_check, and the parameter
 // server's options in train_args_check_ps) and each flag given without the one it needs
 // (train_args_check_unused). parse_train_args, at the end, reads the command line
-// (llmc/train/train_args.h) and runs them, on every rank before MPI starts. The pipeline's
+// (llmc/plan/train_args.h) and runs them, on every rank before MPI starts. The pipeline's
 // schedules (llmc/parallel/pp_schedule.h) and the RL task's modes and rewards
 // (llmc/tasks/rlvr_rollouts.h) name the values they accept.
 #pragma once
 
 #include <string.h>
 #include <string>
-#include "train_args.h"
+#include "../plan/train_args.h"
 #include "../tasks/rlvr_rollouts.h"
 #include "../parallel/pp_schedule.h"
 

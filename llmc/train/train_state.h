@@ -53,11 +53,11 @@
 
 #include <string>
 #include "../common.h"
-#include "train_args.h"
+#include "../plan/train_args.h"
 #include "model_from_args.h"
 #include "../tasks/task.h"
 #include "loss_scale.h"
-#include "parallel_plan.h"
+#include "../plan/parallel_plan.h"
 
 // What the trainer holds of it: the run it saves, and where a resumed run starts.
 typedef struct {

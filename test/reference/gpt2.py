@@ -356,7 +356,7 @@ def forward_bf16(p, cfg, inputs):
 
 
 def _hash_u32(x):
-    """The trainers' 32-bit integer hash (llmc/model/precision.h prec_hash_u32), on uint32 arrays."""
+    """The trainers' 32-bit integer hash (llmc/precision.h prec_hash_u32), on uint32 arrays."""
     x = x ^ (x >> np.uint32(16))
     x = x * np.uint32(0x7feb352d)
     x = x ^ (x >> np.uint32(15))
@@ -365,7 +365,7 @@ def _hash_u32(x):
 
 
 def stochastic_bits(n, seed):
-    """The random words of elements 0..n-1 of a tensor for a seed (llmc/model/precision.h
+    """The random words of elements 0..n-1 of a tensor for a seed (llmc/precision.h
     stochastic_bits): hash(hash(i ^ seed) + (i >> 32) + 0x9e3779b9 seed), all mod 2^32."""
     i = np.arange(n, dtype=np.uint64)
     seed = np.uint32(seed % 2**32)

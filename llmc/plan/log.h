@@ -5,6 +5,7 @@
 #pragma once
 
 #include <stdio.h>
+#include <string.h>
 
 // 12345678 -> "12,345,678"
 static inline const char* with_commas(double x, char* buf, size_t size) {

@@ -1,4 +1,4 @@
-// The trainer's command line: every flag, its default and its help (llmc/train/flag_parser.h is
+// The trainer's command line: every flag, its default and its help (llmc/plan/flag_parser.h is
 // the parser). The checks of the values and of their combinations are in
 // llmc/train/train_args_check.h (parse_train_args reads, then checks); the model, the mesh and the
 // task check the rest where they are built, with a message that names the flag.

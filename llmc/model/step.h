@@ -15,8 +15,8 @@
 // micro-batches of (loss sum x dloss): the mean loss of this rank's share of the step.
 #pragma once
 
-#include "../model/gpt2.h"
-#include "trace.h"
+#include "gpt2.h"
+#include "../trace.h"
 
 typedef struct {
     const int* inputs;     // host (B, T) token ids

@@ -26,7 +26,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "../common.h"
+#include "common.h"
 
 // host code everywhere; also device code in the CUDA build (the FP8 kernels, llmc/cuda/fp8.cuh)
 #ifdef __CUDACC__

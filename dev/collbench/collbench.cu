@@ -74,7 +74,7 @@
 //
 // Adding an algorithm = one row of ALGOS below: primitive, name, a call (one of the ALGO_*
 // macros adapts the algorithm's signature), and its alpha-beta model (a ModelFn, or NULL).
-#include "llmc/common.h"
+#include "../../llmc/common.h"
 
 #ifndef USE_MPI
 int main() {
@@ -84,18 +84,18 @@ int main() {
 #else
 #include <string>
 #include <vector>
-#include "llmc/comm/native.h"
-#include "llmc/comm/ring.h"
-#include "llmc/comm/tree.h"
-#include "llmc/comm/recursive.h"
-#include "llmc/comm/alltoall.h"
-#include "llmc/comm/bruck.h"
-#include "llmc/comm/ps.h"
-#include "llmc/comm/hierarchical.h"
-#include "llmc/comm/torus.h"
-#include "llmc/comm/alpha_beta.h"
-#include "llmc/comm/auto.h"
-#include "llmc/paths.h"
+#include "../../llmc/comm/native.h"
+#include "../../llmc/comm/ring.h"
+#include "../../llmc/comm/tree.h"
+#include "../../llmc/comm/recursive.h"
+#include "../../llmc/comm/alltoall.h"
+#include "../../llmc/comm/bruck.h"
+#include "../../llmc/comm/ps.h"
+#include "../../llmc/comm/hierarchical.h"
+#include "../../llmc/comm/torus.h"
+#include "../../llmc/comm/alpha_beta.h"
+#include "../../llmc/comm/auto.h"
+#include "../../llmc/paths.h"
 
 #ifdef LLMC_CUDA_COMM
 #define COLLBENCH_DEVICE 1          // device buffers (see "Device buffers" above)

@@ -1,14 +1,14 @@
 // The run's parallel plan: everything about how this run is spread over ranks, built once from
 // the mesh and the flags, so that the trainer (train_gpt2.cu) never asks which build or which
 // mesh it is in. The strategies under llmc/parallel/ read no flags: this file is where the
-// flags reach them (llmc/train/parallel_config.h fills their configs).
+// flags reach them (llmc/plan/parallel_config.h fills their configs).
 //
 //   flags ──> plan_init: MPI (or the one-process stand-in, llmc/comm/mpi_single.h), the world,
 //             the mesh dp x pp x cp x tp (llmc/parallel/mesh.h; --mesh auto: the planner's
 //             choice, handed in by main), this rank's GPU, one voice
 //   model ──> plan_place: the model's place in the mesh (llmc/parallel/placement.h: which shard)
 //         ──> plan_attach: the placement hooks (data parallelism's mode: llmc/parallel/dp.h), the
-//             step (llmc/train/step.h: gradient accumulation by default), the ops
+//             step (llmc/model/step.h: gradient accumulation by default), the ops
 //             (llmc/model/ops.h: defaults)
 //   then per training step: plan_zero_grad, plan.step.run (micro-batches), plan_update (clip,
 //   AdamW on what this rank owns, parameters back in sync), plan_mean (the loss over ranks)
@@ -40,7 +40,7 @@
 #include "../parallel/pp_accounting.h"
 #include "../parallel/cp.h"
 #include "../parallel/ep.h"
-#include "step.h"
+#include "../model/step.h"
 #include "train_args.h"
 #include "parallel_config.h"
 
@@ -204,7 +204,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
     if (!plan->use_dp) { return; }
     const TrainArgs* a = plan->args;
     int use_ring = strcmp(a->comm_algo, "native") != 0;   // auto: data parallelism's choice; tp, cp, pp, ep keep the ring
-    DPConfig cfg = dp_config_from_args(a, 0, a->ep > 1);   // (llmc/train/parallel_config.h: the planner's dry ranks fill it too)
+    DPConfig cfg = dp_config_from_args(a, 0, a->ep > 1);   // (llmc/plan/parallel_config.h: the planner's dry ranks fill it too)
     if (plan->ntp > 1) {   // tensor parallelism: its ops, and the update's sums over the shards
         tp_init(&plan->tp, model, &plan->mesh.dim[MESH_TP], use_ring);
         cfg.shards = tp_shard_group(&plan->tp);
@@ -217,7 +217,7 @@ static inline void plan_attach_parallel(Plan* plan, GPT2* model) {
         pp_init(&plan->pp, model, &plan->mesh.dim[MESH_PP], pp_schedule_parse(a->pp_schedule), a->pp_chunks, a->grad_accum,
                 use_ring, cfg.shards);
         cfg.shards = pp_shard_group(&plan->pp);
-        if (plan->ntp > 1 && plan->pp.sched.split_backward) { tp_zero_bubble_attach(&plan->tp); }   // ZB-H1's W pass
+        if (plan->ntp > 1 && plan->pp.schedule.split_backward) { tp_zero_bubble_attach(&plan->tp); }   // ZB-H1's W pass
         cfg.defer_root = 1;
         plan->step = pp_step(&plan->pp);
     }

@@ -1,6 +1,6 @@
 // The flags, as the parallel pieces take them: llmc/parallel/ reads no flags, it takes small
 // config structs, filled here from the checked TrainArgs. The trainer's plan
-// (llmc/train/parallel_plan.h) and the planner's dry ranks (llmc/planner/) fill them alike, so
+// (llmc/plan/parallel_plan.h) and the planner's dry ranks (llmc/planner/) fill them alike, so
 // what the planner predicts is what the run sets up.
 #pragma once
 

@@ -16,8 +16,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
-#include "../common.h"
-#include "../profile.h"   // --profile counts the compute thread's communication too
+#include "common.h"
+#include "profile.h"   // --profile counts the compute thread's communication too
 
 typedef struct {
     std::string name;

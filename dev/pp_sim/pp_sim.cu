@@ -2,7 +2,7 @@
 // and timed (pp_simulate.h) on paper, no model and no GPU: the lecture's timeline of each
 // schedule (pp_timeline.h), its simulated bubble beside the formula, and how many micro-batches
 // each stage holds at once.
-//   g++ -std=c++17 -O2 -x c++ -DLLMC_CPU pp_sim.cu -o pp_simcpu          (make pp_simcpu)
+//   g++ -std=c++17 -O2 -x c++ -DLLMC_CPU dev/pp_sim/pp_sim.cu -o pp_simcpu          (make pp_simcpu)
 //   ./pp_simcpu --schedule all --p 4 --m 8 --v 2
 //   ./pp_simcpu --schedule zb-h1 --p 4 --m 8 --lists      the action lists (sends, receives)
 //   ./pp_simcpu --table                                    bubble table for the doc
@@ -19,10 +19,10 @@
 // with one named schedule --v is its own and pp_schedule_check says when it does not exist).
 // With --schedule all a schedule that does not exist for these p, m, v is named and skipped;
 // with one schedule it is an error (exit 1), as is a bad flag.
-#include "llmc/common.h"
-#include "llmc/train/flag_parser.h"
-#include "llmc/parallel/pp_validate.h"
-#include "llmc/parallel/pp_timeline.h"
+#include "../../llmc/common.h"
+#include "../../llmc/plan/flag_parser.h"
+#include "../../llmc/parallel/pp_validate.h"
+#include "../../llmc/parallel/pp_timeline.h"
 
 static void show(int kind, int p, int m, int v, PPCosts c, int lists) {
     PPSchedule s = pp_build(kind, p, m, v);

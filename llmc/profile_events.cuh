@@ -21,7 +21,7 @@
 #include <cuda_runtime.h>
 
 #ifndef cudaCheck
-#error "llmc/cuda/profile_events.cuh needs cudaCheck: include llmc/cuda/common.cuh (it includes llmc/profile.h) first"
+#error "llmc/profile_events.cuh needs cudaCheck: include llmc/cuda/common.cuh (it includes llmc/profile.h) first"
 #endif
 
 typedef struct {
