@@ -18,7 +18,7 @@ EMU_FLAGS = -std=c++17 $(EMU_OPT) -fopenmp -fno-strict-aliasing -Wall -Wextra -W
 EMU_ASAN = -fsanitize=address -fno-omit-frame-pointer -g
 EMU_RUNTIME_DEPS = dev/emu/runtime.cpp dev/emu/cuda_emu.h dev/emu/emu_ptx.h $(wildcard dev/emu/include/*.h)
 # every source the emulated programs include, rewritten into $(EMU_DIR)/src (same paths)
-EMU_SOURCES = $(wildcard *.cu llmc/*.h llmc/*/*.h llmc/cuda/*.cuh llmc/comm/*.cuh \
+EMU_SOURCES = $(wildcard *.cu llmc/*.h llmc/*.cuh llmc/*/*.h llmc/cuda/*.cuh llmc/comm/*.cuh \
   test/*.cu test/*.h dev/cuda/*.cu dev/cuda/*.h dev/cuda/*.cuh dev/emu/*.cu)
 EMU_LAB = encoder_forward encoder_backward layernorm_forward layernorm_backward matmul_forward matmul_backward \
   attention_forward attention_backward gelu_forward gelu_backward classifier adamw global_norm
