@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -167,6 +166,12 @@ if has_blas:
     flags += subprocess.run("pkg-config --cflags openblas", shell=True, capture_output=True, text=True).stdout.split()
 
 
+def closure_of(p):
+    seen = set()
+    closure(p, seen)
+    return seen
+
+
 def closure(p, seen):
     if p in seen:
         return
@@ -188,8 +193,9 @@ for p in sorted(graph):
 cache = os.path.join(ROOT, "build", "layout")
 os.makedirs(cache, exist_ok=True)
 # The C and C++ standard library's headers that llmc/ includes are parsed once, into a precompiled
-# header (build/layout/system.h.gch) that every compile loads first: ~160 s of CPU for the ~170
-# headers become ~75 s on 2 cores, which make test's budget needs. What this gives up: a header
+# header (build/layout/system.h.gch) that every compile loads first, and the headers are compiled in
+# chains (below): ~160 s of CPU for one compile per header became ~26 s (54 compiles for 168
+# headers), which make test's budget needs. What the preloading gives up: a header
 # that forgets `#include <vector>` but gets it from none of ours compiles here; what it keeps is
 # the point of the check, a header that needs another of OURS included before it. (<mpi.h> is not
 # preloaded: llmc/comm/mpi_single.h is the build without it.)
@@ -216,22 +222,51 @@ def key_of(p):
     return h.hexdigest()
 
 
-def compile_alone(p):
-    stamp = os.path.join(cache, key_of(p))
-    if os.path.exists(stamp):
-        return p, None
-    r = subprocess.run([cxx] + flags + [p], cwd=ROOT, capture_output=True, text=True)
-    if r.returncode != 0:
-        errors = [l for l in r.stderr.split("\n") if "error" in l]
-        return p, (errors[0] if errors else r.stderr.strip().split("\n")[-1])
-    open(stamp, "w").close()
-    return p, None
+# One compile checks a chain of headers: `#include` X1, X2, ..., Xk, each in the closure of the
+# next (what Xi includes, directly or not). Every header before Xi is then something Xi includes
+# anyway, so when Xi's body is reached exactly the headers of its own closure have been read, as
+# when it is compiled alone (in another order: a header that needed an order of its own includes
+# would fail its own check). The chains: the unchecked header that includes the most, then,
+# inside its closure, the unchecked one that includes the most, and so on down; a failed chain
+# is compiled again one header at a time, so that the error names the header.
+def compile_unit(chain):
+    unit = "".join(f'#include "{h}"\n' for h in chain)
+    r = subprocess.run([cxx] + flags + ["-"], cwd=ROOT, input=unit, capture_output=True, text=True)
+    errors = [l for l in r.stderr.split("\n") if "error" in l]
+    return r.returncode == 0, (errors[0] if errors else r.stderr.strip().split("\n")[-1])
 
 
-jobs = int(os.environ.get("LAYOUT_JOBS", os.cpu_count() or 2))
-with ThreadPoolExecutor(max_workers=jobs) as pool:
-    alone = [(p, err) for p, err in pool.map(compile_alone, headers) if err]
-report(f"every header compiles alone ({len(headers)} compiled, {len(skipped)} CUDA-only or missing a library)",
+checked = {p for p in headers if os.path.exists(os.path.join(cache, key_of(p)))}
+alone, compiles = [], 0
+wanted = set(headers)
+while wanted - checked:
+    top = max(wanted - checked, key=lambda h: (len(closure_of(h)), h))
+    chain = [top]
+    while True:
+        below = [h for h in closure_of(chain[-1]) - {chain[-1]} if h in wanted and h not in checked and h not in chain]
+        if not below:
+            break
+        chain.append(max(below, key=lambda h: (len(closure_of(h)), h)))
+    chain.reverse()   # the deepest first
+    compiles += 1
+    ok, err = compile_unit(chain)
+    if not ok and len(chain) > 1:
+        for h in chain:
+            compiles += 1
+            one_ok, one_err = compile_unit([h])
+            if not one_ok:
+                alone.append((h, one_err))
+            elif h not in [x for x, _ in alone]:
+                open(os.path.join(cache, key_of(h)), "w").close()
+            checked.add(h)
+        continue
+    if not ok:
+        alone.append((top, err))
+    for h in chain:
+        checked.add(h)
+        if ok:
+            open(os.path.join(cache, key_of(h)), "w").close()
+report(f"every header compiles alone ({len(headers)} checked in {compiles} compiles, {len(skipped)} CUDA-only or missing a library)",
        not alone, "; ".join(p for p, _ in alone))
 for p, err in alone:
     print(f"     {p}: {err}")

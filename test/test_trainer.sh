@@ -118,24 +118,12 @@ else
     fail "samples" "exit $rc1/$rc2, $n tokens in the last sample (want 15)" "$(grep '^sample: ' "$T/sample1.log" | tail -1)"
 fi
 
-# --- gradient accumulation: 2 micro-steps of 4 == 1 step of 8 (same sequences, same mean loss)
-$TRAIN --batch 8 --grad-accum 1 --steps 5 --save "$T/acc1.bin" >"$T/acc1.log" 2>&1
-$TRAIN --batch 8 --grad-accum 2 --steps 5 --save "$T/acc2.bin" >"$T/acc2.log" 2>&1
-python3 - "$T" <<'EOF'
-import re, struct, sys
-d = sys.argv[1]
-def losses(p): return [float(m) for m in re.findall(r"^step .*?\| loss ([0-9.]+)", open(p).read(), re.M)]
-def params(p):
-    b = open(p, "rb").read()
-    return struct.unpack(f"<{(len(b) - 1024) // 4}f", b[1024:])
-l1, l2 = losses(f"{d}/acc1.log"), losses(f"{d}/acc2.log")
-p1, p2 = params(f"{d}/acc1.bin"), params(f"{d}/acc2.bin")
-loss_err = max(abs(a - b) / abs(a) for a, b in zip(l1, l2)) if l1 and len(l1) == len(l2) else float("inf")
-scale = max(abs(x) for x in p1)
-param_err = max(abs(a - b) for a, b in zip(p1, p2)) / scale if len(p1) == len(p2) else float("inf")
-ok = len(l1) == 5 and loss_err <= 1e-5 and param_err <= 1e-5
-print(f"{'PASS' if ok else 'FAIL'} gradient accumulation 2 x 4 == 1 x 8: loss rel err {loss_err:.1e}, params rel err {param_err:.1e}")
-EOF
+# --- gradient accumulation: 2 micro-steps of 4 == 1 step of 8 (same sequences, same mean loss),
+# judged as every parallel run is (test/compare_runs.py: losses, gradient norms and each tensor
+# within 1e-5, norm-wise; the key bias, whose gradient is rounding noise, printed, not judged)
+$TRAIN --batch 8 --grad-accum 1 --steps 5 --save "$T/acc1.bin" --log "$T/acc1.txt" >"$T/acc1.log" 2>&1
+$TRAIN --batch 8 --grad-accum 2 --steps 5 --save "$T/acc2.bin" --log "$T/acc2.txt" >"$T/acc2.log" 2>&1
+python3 test/compare_runs.py "$T/acc1.txt" "$T/acc1.bin" "$T/acc2.txt" "$T/acc2.bin" --label "gradient accumulation 2 x 4 == 1 x 8"
 
 # --- under mpirun the ranks train data-parallel (test/test_dp.sh checks the modes in depth)
 if [ -n "$(command -v mpirun)" ] && strings ./train_gpt2cpu | grep -q MPI_Init; then

@@ -108,11 +108,11 @@ static inline void train_args_read(int argc, char** argv, TrainArgs* a) {
     a->val_data = "data/arithmetic/val_*.bin";
     a->tokenizer = "data/arithmetic/tokenizer.bin";
     // the default job (doc/training-tasks.md, "A default job that learns on every seed"): one
-    // 11-token example per row, GPT-2 init scaled up for the width (--init-std 0.15), 900 steps
+    // 11-token example per row, GPT-2 init scaled to the width (--init-std 0.1), 900 steps
     a->batch = 192; a->seq = 11; a->grad_accum = 1; a->steps = 900;
     a->lr = 4e-3f; a->lr_final_frac = 0.1f; a->warmup = 50;
     a->weight_decay = 0.1f; a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f; a->clip = 1.0f;
-    a->init_std = 0.15f;
+    a->init_std = 0.1f;
     a->seed = 1337;
     a->eval_every = 100; a->eval_batches = 8; a->accuracy = 500;
     a->sample_every = 200; a->sample_len = 48; a->top_k = 0; a->temperature = 1.0f;
