@@ -68,7 +68,9 @@ suite() { names+=("$1"); tiers+=("$2"); lanes+=("$3"); shift 3; cmds+=("$*"); }
 # generating and linking the host code of every CUDA program: nvcc 374/385, 1157-1180 s and
 # 640-670 s). Moving planner and emu-collectives from lane 2 to lane 3 did not help. The
 # machine is busy all the time (1.9 cores): a suite made cheaper in CPU makes the whole run shorter,
-# a suite moved to another lane hardly does.
+# a suite moved to another lane hardly does. On a fresh clone, 2-core Zen 4, 2026-12-02: the suites'
+# CPU time 897 s, tests took 556 s, the whole CI 780 s (layout 2 s when cached; on a fresh clone
+# its headers' compiles ~26 s of CPU: a compile per header, 159 s, had taken the run past 600 s).
 suite kernels       fast 1 ./test_kernelscpu
 suite precision     fast 1 bash test/test_precision.sh
 suite reference     fast 2 bash test/test_reference.sh

@@ -5,8 +5,10 @@ checked so that it stays that way:
   - the folders' order is declared once (LAYERS below) and doc/architecture.md's layout draws the same;
   - no file of llmc/ (nor train_gpt2.cu) includes a file of a folder above its own;
   - no header includes a file that includes it back, directly or through others (no cycle);
-  - every header compiles alone (its own includes are enough), cached in build/layout/ by the
-    content of the header and of everything it includes, so a run where nothing changed is cheap;
+  - every header compiles alone (its own includes are enough; the standard library preloaded,
+    headers checked in chains, each in the closure of the next: see below), cached in
+    build/layout/ by the content of the header and of everything it includes, so a run where
+    nothing changed is cheap;
   - the data-parallel layout takes the root unit from the parameter table (no fixed tensor indices);
   - the trainer stays short enough to read in one sitting (main under 150 lines);
   - no header in llmc/ over 500 lines; no two headers named alike for different things; nothing
