@@ -217,9 +217,7 @@ command = " ".join([cxx] + flags) + "\n" + text
 
 def key_of(p):
     h = hashlib.sha256(command.encode())
-    seen = set()
-    closure(p, seen)
-    for d in sorted(seen):
+    for d in sorted(closure_of(p)):
         h.update(d.encode() + b"\0" + open(os.path.join(ROOT, d), "rb").read() + b"\0")
     return h.hexdigest()
 
@@ -252,22 +250,16 @@ while wanted - checked:
     chain.reverse()   # the deepest first
     compiles += 1
     ok, err = compile_unit(chain)
-    if not ok and len(chain) > 1:
-        for h in chain:
-            compiles += 1
-            one_ok, one_err = compile_unit([h])
-            if not one_ok:
-                alone.append((h, one_err))
-            elif h not in [x for x, _ in alone]:
-                open(os.path.join(cache, key_of(h)), "w").close()
-            checked.add(h)
-        continue
-    if not ok:
-        alone.append((top, err))
-    for h in chain:
+    results = [(h, ok, err) for h in chain]
+    if not ok and len(chain) > 1:   # again one header at a time, so that the error names the header
+        results = [(h, *compile_unit([h])) for h in chain]
+        compiles += len(chain)
+    for h, h_ok, h_err in results:
         checked.add(h)
-        if ok:
+        if h_ok:
             open(os.path.join(cache, key_of(h)), "w").close()
+        else:
+            alone.append((h, h_err))
 report(f"every header compiles alone ({len(headers)} checked in {compiles} compiles, {len(skipped)} CUDA-only or missing a library)",
        not alone, "; ".join(p for p, _ in alone))
 for p, err in alone:

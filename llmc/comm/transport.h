@@ -262,9 +262,10 @@ static inline void comm_exchange_finish(CommPending* p) {
         MPI_Waitall(n, p->req.data(), st.data());
         for (int i = 0; i < n; i++) {
             if (p->msgs[i].send) { continue; }
-            comm_check_received(c, "comm_exchange", &st[i], p->msgs[i].count * esize, p->msgs[i].peer);
+            size_t bytes = p->msgs[i].count * esize;
+            comm_check_received(c, "comm_exchange", &st[i], bytes, p->msgs[i].peer);
 #ifdef LLMC_CUDA_COMM
-            comm_exchange_unstage(p, i, p->msgs[i].count * esize);
+            comm_exchange_unstage(p, i, bytes);
 #endif
         }
     }
