@@ -262,10 +262,9 @@ static inline void comm_exchange_finish(CommPending* p) {
         MPI_Waitall(n, p->req.data(), st.data());
         for (int i = 0; i < n; i++) {
             if (p->msgs[i].send) { continue; }
-            size_t bytes = p->msgs[i].count * esize;
-            comm_check_received(c, "comm_exchange", &st[i], bytes, p->msgs[i].peer);
+            comm_check_received(c, "comm_exchange", &st[i], p->msgs[i].count * esize, p->msgs[i].peer);
 #ifdef LLMC_CUDA_COMM
-            comm_exchange_unstage(p, i, bytes);
+            comm_exchange_unstage(p, i, p->msgs[i].count * esize);
 #endif
         }
     }
