@@ -99,7 +99,8 @@ struct ProfileScope {
         if (row >= 0) { profile_timer_end(row, t0); }
     }
 };
-#define PROFILE_OP(...) ProfileScope profile_scope_(__VA_ARGS__)
+// the cost (llmc/profile_costs.h) is worked out only while --profile records
+#define PROFILE_OP(name, part, cost, ...) ProfileScope profile_scope_(name, part, g_profile.recording ? (cost) : OpCost{}, ##__VA_ARGS__)
 
 // Communication the compute thread waited for (tensor, pipeline, context and expert parallelism
 // report theirs to llmc/trace.h): a row per kind, time only. Not inside an operation's scope.

@@ -52,7 +52,7 @@ PERTURBATIONS = [
     ("a ring that skips its last step", "llmc/parallel/cp_ring.h", "expr",
      "cp->cp", "cp->cp - 1", "for (int j = 0; j < cp->cp; j++) {   // step j: the block of rank - j"),
     # test/test_moe.sh
-    ("expert gradients averaged over all dp ranks", "llmc/parallel/ep_gradients.h", "expr",
+    ("expert gradients averaged over all dp ranks", "llmc/parallel/ep.h", "expr",
      "&ep->edp", "ep->dp_comm", "Comm* group = &ep->edp;"),
     ("a combine that ignores the gate weights", "llmc/model/moe_block.h", "stmt",
      "moe_combine(out, r->yret, r->slot_d, r->gates_d, N, k, C, 0);",

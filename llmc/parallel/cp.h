@@ -21,24 +21,21 @@
 // over the dp x cp group (llmc/parallel/mesh.h's dp_cp, the group data parallelism reduces over)
 // is the mean over all tokens, as Megatron averages over its data-and-context group.
 //
-// Files: cp_core.h (what a rank holds, the split), cp_comm.h (the cp group's calls), the three
-// ops above, cp_accounting.h (work, bytes, memory, what the trainer prints), this one (the op
-// in the model, the step wrapped, the scratch).
+// Files: cp_core.h (what a rank holds, the split, the cp group's calls), the three ops above,
+// cp_accounting.h (work, bytes, memory, what the trainer prints), this one (the op in the model,
+// the step wrapped, the scratch).
 #pragma once
 
 #include "cp_allgather.h"
 #include "cp_ulysses.h"
 #include "cp_accounting.h"
 
-// floats of state per layer (B sequences of this rank's Tl tokens, C channels, NH heads: local to tp)
+// floats of state per layer (B sequences of this rank's Tl tokens, C channels, NH heads: local to
+// tp): the ring's and the all-gather's merged O fp32, then lse (the all-to-all's: cp_a2a_state_size)
 static inline size_t cp_state_size(void* ctx, int B, int T, int C, int NH) {
-    ContextParallel* cp = (ContextParallel*)ctx;
-    if (T != cp->Tl) { die("context parallelism: attention on %d tokens per sequence, the split was made for %d", T, cp->Tl); }
-    if (cp->algo == CP_ALLTOALL) {
-        size_t qkv = ceil_div((size_t)B * cp->T * 3 * (C / cp->cp) * sizeof(floatX), sizeof(float));
-        return cp_a2a_att_floats(cp, B, NH) + ceil_div(qkv, 4) * 4;   // each layer's state 16-byte aligned
-    }
-    return (size_t)B * T * C + (size_t)B * NH * T;   // O fp32, lse
+    int Tl = ((ContextParallel*)ctx)->Tl;
+    if (T != Tl) { die("context parallelism: attention on %d tokens per sequence, the split was made for %d", T, Tl); }
+    return (size_t)B * T * C + (size_t)B * NH * T;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -197,7 +194,7 @@ static inline void cp_check(const GPT2* model, int cp, CPAlgo algo, int zigzag, 
 // are sized again after this)
 static inline void cp_install_op(ContextParallel* cp, GPT2* model) {
     model->ops.attention.ctx = cp;
-    model->ops.attention.state_size = cp_state_size;
+    model->ops.attention.state_size = cp->algo == CP_ALLTOALL ? cp_a2a_state_size : cp_state_size;
     if (cp->algo == CP_RING) {
         model->ops.attention.forward = cp_ring_forward;
         model->ops.attention.backward = cp_ring_backward;

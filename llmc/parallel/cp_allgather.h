@@ -16,6 +16,24 @@
 
 #include "cp_ring.h"
 
+// mine: n elements -> all: every rank's n, in rank order (the collectives take the total count)
+static inline void cp_allgather(ContextParallel* cp, const char* name, const void* mine, void* all, size_t n, CommType t) {
+    cp_comm_ready(cp);
+    double t0 = trace_now();
+    size_t total = n * cp->cp;
+    if (cp->use_ring) { allgather_ring(cp->comm, mine, all, total, t); } else { allgather_native(cp->comm, mine, all, total, t); }
+    cp_end_call(cp, name, t0);
+}
+// all: cp blocks of n elements -> mine: block `rank`, summed over the ranks
+static inline void cp_reduce_scatter(ContextParallel* cp, const char* name, const void* all, void* mine, size_t n, CommType t) {
+    cp_comm_ready(cp);
+    double t0 = trace_now();
+    size_t total = n * cp->cp;
+    if (cp->use_ring) { reduce_scatter_ring(cp->comm, all, mine, total, t, COMM_SUM); }
+    else { reduce_scatter_native(cp->comm, all, mine, total, t, COMM_SUM); }
+    cp_end_call(cp, name, t0);
+}
+
 // the saved state per layer, as the ring's: O (B, Tl, C) fp32, then lse (B, NH, Tl)
 static inline void cp_allgather_forward(void* ctx, const OpAt* at, floatX* out, float* state, const floatX* qkv, int C, int NH) {
     ContextParallel* cp = (ContextParallel*)ctx;

@@ -68,3 +68,16 @@ static inline int cp_future(int qpos, int kpos, int Tseg) { return kpos > qpos +
 // the ring's neighbours: blocks go to r+1 and come from r-1
 static inline int cp_next(const ContextParallel* cp) { return (cp->rank + 1) % cp->cp; }
 static inline int cp_prev(const ContextParallel* cp) { return (cp->rank + cp->cp - 1) % cp->cp; }
+
+// The cp group's calls: each waits for the compute stream's work so far, is timed into
+// cp->seconds and cp->calls and traced (track 4); with use_ring the collectives are ours
+// (llmc/comm/ring.h, alltoall.h), whose bytes the communicator counts, else the native ones.
+static inline void cp_comm_ready(ContextParallel* cp) {   // the cp stream waits for the compute so far
+    backend_event_record(cp->ready);
+    comm_wait_event(cp->comm, cp->ready);
+}
+static inline void cp_end_call(ContextParallel* cp, const char* name, double t0) {
+    cp->seconds += trace_now() - t0;
+    cp->calls++;
+    trace_event(name, 4, t0);
+}

@@ -33,7 +33,20 @@
 // hidden behind a block's attention when that takes longer. Memory: two K,V blocks, whatever cp.
 #pragma once
 
-#include "cp_comm.h"
+#include "cp_core.h"
+
+// ring step: post the messages (to r+1, from r-1) and return; cp_ring_wait completes them
+static inline void cp_ring_post(ContextParallel* cp, CommPending* p, const CommMsg* msgs, int n, CommType t) {
+    cp_comm_ready(cp);
+    double t0 = trace_now();
+    comm_exchange_start(cp->comm, msgs, n, t, p);
+    cp->seconds += trace_now() - t0;
+}
+static inline void cp_ring_wait(ContextParallel* cp, CommPending* p, const char* name) {
+    double t0 = trace_now();   // only the wait the computation did not hide
+    comm_exchange_finish(p);
+    cp_end_call(cp, name, t0);
+}
 
 // One key/value block against this rank's queries. kv: (B, Tl, 2C) [k | v] of rank `src`.
 // Forward: each (query segment, key segment) pair not in the future gives a partial (O, lse),

@@ -8,7 +8,15 @@
 //              attention per head --> out (T, NH/cp) --all-to-all--> out (T/cp tokens, NH heads)
 #pragma once
 
-#include "cp_comm.h"
+#include "cp_core.h"
+
+static inline void cp_alltoall(ContextParallel* cp, const char* name, const floatX* send, floatX* recv, size_t n) {
+    cp_comm_ready(cp);
+    double t0 = trace_now();
+    if (cp->use_ring) { alltoall_pairwise(cp->comm, send, recv, n, COMM_FLOATX); }
+    else { alltoall_native(cp->comm, send, recv, n, COMM_FLOATX); }
+    cp_end_call(cp, name, t0);
+}
 
 // ---------------------------------------------------------------------------------------
 // All-to-all (DeepSpeed-Ulysses). This rank's heads during attention: group g = rank, NH/cp
@@ -19,6 +27,13 @@
 
 static inline size_t cp_a2a_att_floats(const ContextParallel* cp, int B, int NH) {
     return ceil_div(attention_state_size(B, cp->T, NH / cp->cp), 4) * 4;   // 16-byte aligned after it
+}
+// the op's state_size: the kernel's state, then the gathered q|k|v, each layer's 16-byte aligned
+static inline size_t cp_a2a_state_size(void* ctx, int B, int T, int C, int NH) {
+    ContextParallel* cp = (ContextParallel*)ctx;
+    if (T != cp->Tl) { die("context parallelism: attention on %d tokens per sequence, the split was made for %d", T, cp->Tl); }
+    size_t qkv = ceil_div((size_t)B * cp->T * 3 * (C / cp->cp) * sizeof(floatX), sizeof(float));
+    return cp_a2a_att_floats(cp, B, NH) + ceil_div(qkv, 4) * 4;
 }
 
 // whole-sequence rows of width w <- this rank's heads' blocks from every rank (position order)
