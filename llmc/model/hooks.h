@@ -21,6 +21,7 @@
 // one before left. A NULL entry is skipped.
 #pragma once
 
+#include <atomic>
 #include "../common.h"
 #include "params.h"
 
@@ -39,10 +40,28 @@ typedef struct {
 
 #define HOOK_CHAIN_MAX 6
 
+// Progress through the events, for the watchdog (llmc/train/guard.h, --comm-timeout), which reads
+// it from its own thread: the events so far (the two block ends not counted) and the last one,
+// kind << 32 | micro-batch << 16 | block. Counted once the tables have run: a rank that stops
+// inside one (a gather that never returns) has not passed the event.
+enum { HOOK_MICRO = 1, HOOK_FORWARD, HOOK_BLOCK_FORWARD, HOOK_BACKWARD, HOOK_BLOCK_BACKWARD, HOOK_BACKWARD_END };
+typedef struct {
+    std::atomic<long long> events{0}, where{0};
+    std::atomic<double> at{0.0};   // wall_seconds() of the last event (or of the guard's step mark)
+} HookProgress;
+
 typedef struct {
     GPT2Hooks tables[HOOK_CHAIN_MAX];
     int n;
+    HookProgress* progress;   // NULL: no watchdog
+    int micro;                // the micro-batch the passes are in
 } HookChain;
+
+static inline void hooks_progress(HookChain* c, int kind, int l) {
+    c->progress->where.store(((long long)kind << 32) | ((long long)(c->micro & 0xFFFF) << 16) | (long long)(l & 0xFFFF));
+    c->progress->events.fetch_add(1);
+    c->progress->at.store(wall_seconds());
+}
 
 static inline void hooks_add(HookChain* c, const GPT2Hooks* h) {
     if (c->n == HOOK_CHAIN_MAX) { die("more than %d placement hook tables", HOOK_CHAIN_MAX); }
@@ -61,14 +80,18 @@ static inline void hooks_remove(HookChain* c, void* ctx) {
 
 static inline void hooks_micro_begin(HookChain* c, int i, int n) {
     for (int k = 0; k < c->n; k++) { if (c->tables[k].micro_begin) { c->tables[k].micro_begin(c->tables[k].ctx, i, n); } }
+    c->micro = i;
+    if (c->progress) { hooks_progress(c, HOOK_MICRO, 0); }
 }
 static inline void hooks_forward_begin(HookChain* c, ParameterTensors* root) {
     for (int k = 0; k < c->n; k++) { if (c->tables[k].forward_begin) { c->tables[k].forward_begin(c->tables[k].ctx, root); } }
+    if (c->progress) { hooks_progress(c, HOOK_FORWARD, 0); }
 }
 static inline void hooks_block_forward_begin(HookChain* c, int l, BlockWeights* w) {
     for (int k = 0; k < c->n; k++) {
         if (c->tables[k].block_forward_begin) { c->tables[k].block_forward_begin(c->tables[k].ctx, l, w); }
     }
+    if (c->progress) { hooks_progress(c, HOOK_BLOCK_FORWARD, l); }
 }
 static inline void hooks_block_forward_end(HookChain* c, int l) {
     for (int k = c->n - 1; k >= 0; k--) {
@@ -79,11 +102,13 @@ static inline void hooks_backward_begin(HookChain* c, ParameterTensors* root, Pa
     for (int k = 0; k < c->n; k++) {
         if (c->tables[k].backward_begin) { c->tables[k].backward_begin(c->tables[k].ctx, root, root_grads); }
     }
+    if (c->progress) { hooks_progress(c, HOOK_BACKWARD, 0); }
 }
 static inline void hooks_block_backward_begin(HookChain* c, int l, BlockWeights* w, BlockWeights* g) {
     for (int k = 0; k < c->n; k++) {
         if (c->tables[k].block_backward_begin) { c->tables[k].block_backward_begin(c->tables[k].ctx, l, w, g); }
     }
+    if (c->progress) { hooks_progress(c, HOOK_BLOCK_BACKWARD, l); }
 }
 static inline void hooks_block_backward_end(HookChain* c, int l) {
     for (int k = c->n - 1; k >= 0; k--) {
@@ -91,5 +116,6 @@ static inline void hooks_block_backward_end(HookChain* c, int l) {
     }
 }
 static inline void hooks_backward_end(HookChain* c) {
+    if (c->progress) { hooks_progress(c, HOOK_BACKWARD_END, 0); }   // an end event: before the tables
     for (int k = c->n - 1; k >= 0; k--) { if (c->tables[k].backward_end) { c->tables[k].backward_end(c->tables[k].ctx); } }
 }

@@ -76,8 +76,8 @@ static inline void fault_on_block_backward(void* ctx, int l, BlockWeights* w, Bl
 }
 
 // At the start of step `step` (from 0), before the guard marks it: kill, hang, or (the first
-// time) the stall's hook table into the model's chain, ahead of the guard's, so that the guard
-// never sees the event the rank stops at.
+// time) the stall's hook table into the model's chain (which counts a begin event once its tables
+// have run, so the watchdog never sees the event the rank stops at).
 static inline void fault_step_begins(Fault* f, GPT2* model, int step) {
     int s = step + 1;   // as printed
     f->in_step = s;

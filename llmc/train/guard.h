@@ -16,8 +16,8 @@
 // ranks within a second); a rank that HANGS would leave the others waiting in a collective
 // forever. Each rank runs a watchdog thread. The main thread marks its progress at each step's
 // start and end (it started step s, it ended step s), and inside a step at each of the model's
-// hook events (a micro-batch starts, a block's forward or backward begins: a table of hooks in
-// the model's chain, llmc/model/hooks.h); when the main threads have not moved for T seconds, one
+// hook events (a micro-batch starts, a block's forward or backward begins: the model's chain
+// counts them, llmc/model/hooks.h's HookProgress); when the main threads have not moved for T seconds, one
 // watchdog ends the job with one line naming the rank that stopped answering. To know which
 // one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
 // (non-blocking sends and receives on a communicator of their own, polled with MPI_Test, so a
@@ -58,9 +58,6 @@
 #include "straggler.h"
 #include "state_lock.h"
 
-// the model's hook events (llmc/model/hooks.h) the watchdog counts inside a step, and the last one's kind
-enum { AT_MICRO = 1, AT_FORWARD, AT_BLOCK_FORWARD, AT_BACKWARD, AT_BLOCK_BACKWARD, AT_BACKWARD_END };
-
 typedef struct Guard {
     const TrainArgs* args;
     Plan* plan;
@@ -69,13 +66,10 @@ typedef struct Guard {
     Straggler straggler;           // --straggler
     // progress of the main thread: 0 before the first step, 2s+1 in step s, 2s+2 after it (s from 0)
     std::atomic<long long> mark{0};
-    std::atomic<double> last_progress{0.0};   // wall_seconds() of the last mark or hook event
-    // inside a step: the model's hook events since the step's start mark, and the last one
-    // (kind << 32 | micro-batch << 16 | block), raised by the passes (guard_hooks)
-    std::atomic<long long> events{0}, where{0};
-    int micro;                     // the micro-batch the passes are in (main thread)
-    int hooked;                    // the hook table is in the model's chain
-    GPT2Hooks hooks;
+    // inside a step: the model's hook events since the step's start mark, the last one and when
+    // (the passes write it: llmc/model/hooks.h, HookProgress; the marks reset it)
+    HookProgress progress;
+    int hooked;                    // the model's chain writes progress
     // the watchdog
     double timeout;                // --comm-timeout (0: none)
     std::thread thread;
@@ -100,17 +94,17 @@ static inline std::string guard_mark_name(long long mark) {
 
 // The verdict once this rank made no progress for the timeout: which rank stopped answering,
 // from the marks of every rank (marks[r]) and the time since each was last heard of (quiet[r]).
-// "the backward of block 3 (micro-batch 2)": the last hook event (see Guard.where)
+// "the backward of block 3 (micro-batch 2)": the last hook event (HookProgress.where)
 static inline std::string guard_where_name(long long where) {
     int kind = (int)(where >> 32), micro = (int)((where >> 16) & 0xFFFF), l = (int)(where & 0xFFFF);
     char buf[96];
     switch (kind) {
-        case AT_MICRO: snprintf(buf, sizeof(buf), "the start of micro-batch %d", micro + 1); break;
-        case AT_FORWARD: snprintf(buf, sizeof(buf), "the forward's start (micro-batch %d)", micro + 1); break;
-        case AT_BLOCK_FORWARD: snprintf(buf, sizeof(buf), "the forward of block %d (micro-batch %d)", l, micro + 1); break;
-        case AT_BACKWARD: snprintf(buf, sizeof(buf), "the backward's start (micro-batch %d)", micro + 1); break;
-        case AT_BLOCK_BACKWARD: snprintf(buf, sizeof(buf), "the backward of block %d (micro-batch %d)", l, micro + 1); break;
-        case AT_BACKWARD_END: snprintf(buf, sizeof(buf), "the backward's end (micro-batch %d)", micro + 1); break;
+        case HOOK_MICRO: snprintf(buf, sizeof(buf), "the start of micro-batch %d", micro + 1); break;
+        case HOOK_FORWARD: snprintf(buf, sizeof(buf), "the forward's start (micro-batch %d)", micro + 1); break;
+        case HOOK_BLOCK_FORWARD: snprintf(buf, sizeof(buf), "the forward of block %d (micro-batch %d)", l, micro + 1); break;
+        case HOOK_BACKWARD: snprintf(buf, sizeof(buf), "the backward's start (micro-batch %d)", micro + 1); break;
+        case HOOK_BLOCK_BACKWARD: snprintf(buf, sizeof(buf), "the backward of block %d (micro-batch %d)", l, micro + 1); break;
+        case HOOK_BACKWARD_END: snprintf(buf, sizeof(buf), "the backward's end (micro-batch %d)", micro + 1); break;
         default: snprintf(buf, sizeof(buf), "the step's start"); break;
     }
     return buf;
@@ -195,8 +189,8 @@ static inline void guard_watchdog(Guard* g) {
     while (!g->stop.load()) {
         double now = wall_seconds();
         watch_look(&w, now);   // this process was stopped since the last look: what it measured starts again
-        double since = watch_since(&w, g->last_progress.load());
-        Heartbeat now_mark = {g->mark.load(), g->events.load(), g->where.load(), 0};
+        double since = watch_since(&w, g->progress.at.load());
+        Heartbeat now_mark = {g->mark.load(), g->progress.events.load(), g->progress.where.load(), 0};
         long long mine = now_mark[0];
         double idle = now - since;
         if (mine > 0 && idle > g->timeout / 2) { now_mark[3] = WATCH_WAITING; }   // it may speak (watch_speaker)
@@ -253,7 +247,7 @@ static inline void guard_watchdog(Guard* g) {
     }
 #ifdef USE_MPI
     if (g->heartbeats) {   // leave nothing pending: receives cancelled, sends finished (they are small: sent eagerly)
-        send_beats(Heartbeat{g->mark.load(), g->events.load(), g->where.load(), WATCH_DONE});   // a last one: done, not frozen
+        send_beats(Heartbeat{g->mark.load(), g->progress.events.load(), g->progress.where.load(), WATCH_DONE});   // a last one: done, not frozen
         for (int p = 0; p < n; p++) {
             if (p == me) { continue; }
             MPI_Cancel(&rreq[p]);
@@ -270,45 +264,19 @@ static inline void guard_watchdog(Guard* g) {
 
 // The main thread's progress: at each step's start and end
 static inline void guard_mark(Guard* g, long long mark) {
-    g->events.store(0);
-    g->where.store(0);
-    g->micro = 0;
-    g->last_progress.store(wall_seconds());
+    g->progress.events.store(0);
+    g->progress.where.store(0);
+    g->plan->model->hooks.micro = 0;
+    g->progress.at.store(wall_seconds());
     g->mark.store(mark);
 }
 
 // ---- the model's hook events: progress inside a step (the timeout then bounds the time between
-// two events, a block's forward or backward, not a whole step), and where a rank stopped
-static inline void guard_event(Guard* g, int kind, int l) {
-    g->where.store(((long long)kind << 32) | ((long long)(g->micro & 0xFFFF) << 16) | (long long)(l & 0xFFFF));
-    g->events.fetch_add(1);
-    g->last_progress.store(wall_seconds());
-}
-static inline void guard_on_micro(void* ctx, int i, int n) { (void)n; ((Guard*)ctx)->micro = i; guard_event((Guard*)ctx, AT_MICRO, 0); }
-static inline void guard_on_forward(void* ctx, ParameterTensors* root) { (void)root; guard_event((Guard*)ctx, AT_FORWARD, 0); }
-static inline void guard_on_block_forward(void* ctx, int l, BlockWeights* w) { (void)w; guard_event((Guard*)ctx, AT_BLOCK_FORWARD, l); }
-static inline void guard_on_backward(void* ctx, ParameterTensors* root, ParameterTensors* grads) {
-    (void)root; (void)grads;
-    guard_event((Guard*)ctx, AT_BACKWARD, 0);
-}
-static inline void guard_on_block_backward(void* ctx, int l, BlockWeights* w, BlockWeights* grads) {
-    (void)w; (void)grads;
-    guard_event((Guard*)ctx, AT_BLOCK_BACKWARD, l);
-}
-static inline void guard_on_backward_end(void* ctx) { guard_event((Guard*)ctx, AT_BACKWARD_END, 0); }
-// joins the model's chain once (it only watches: it rewrites no pointer, so its place in the chain does not matter)
+// two events, a block's forward or backward, not a whole step), and where a rank stopped: the
+// model's chain writes them into g->progress from the first step on
 static inline void guard_hooks(Guard* g) {
     if (g->hooked || g->timeout <= 0) { return; }
-    g->hooks = GPT2Hooks{};
-    g->hooks.name = "guard: progress marks";
-    g->hooks.ctx = g;
-    g->hooks.micro_begin = guard_on_micro;
-    g->hooks.forward_begin = guard_on_forward;
-    g->hooks.block_forward_begin = guard_on_block_forward;
-    g->hooks.backward_begin = guard_on_backward;
-    g->hooks.block_backward_begin = guard_on_block_backward;
-    g->hooks.backward_end = guard_on_backward_end;
-    gpt2_add_hooks(g->plan->model, &g->hooks);
+    g->plan->model->hooks.progress = &g->progress;
     g->hooked = 1;
 }
 
@@ -341,11 +309,10 @@ static inline void guard_init(Guard* g, const TrainArgs* args, Plan* plan) {
     fault_parse(&g->fault, args->fault, g->rank, g->world_size);
     straggler_parse(&g->straggler, args->straggler, g->rank, g->world_size, args->seed);
     g->mark.store(0);
-    g->events.store(0);
-    g->where.store(0);
-    g->micro = 0;
+    g->progress.events.store(0);
+    g->progress.where.store(0);
     g->hooked = 0;
-    g->last_progress.store(wall_seconds());
+    g->progress.at.store(wall_seconds());
     g->timeout = args->comm_timeout;
     g->heartbeats = 0;
     g->hb = MPI_COMM_NULL;
