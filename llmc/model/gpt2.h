@@ -189,7 +189,7 @@ static inline void gpt2_block_backward(GPT2* model, int slot, int l) {
     hooks_block_backward_begin(&model->hooks, l, &w, &gw);
     BlockActs b = gpt2_block_acts(model, slot, l);
     OpAt at = gpt2_at(model, slot, l);
-    gpt2_block_recompute(model, &at, &w, &b);   // --recompute: what the forward did not keep
+    if (model->recompute) { gpt2_block_recompute(model, &at, &w, &b); }   // --recompute: what the forward did not keep
     const GPT2Ops* ops = &model->ops;
     GradientBuffers d = model->bufs;
     int B = at.B, Ts = at.Ts, C = model->config.channels;   // layernorms: the residual stream's B x Ts tokens

@@ -18,8 +18,8 @@
 // The recomputed tensors come from the same kernels on the same inputs, so the gradients, and
 // the losses, are bit-identical to no recomputation. It plugs in at two points: the activation
 // layout (gpt2_block_acts, llmc/model/gpt2_build.h) points what a mode does not keep at the
-// scratch set, and gpt2_block_backward (llmc/model/gpt2.h) calls gpt2_block_recompute before it
-// starts.
+// scratch set, and gpt2_block_backward (llmc/model/gpt2.h), with --recompute, calls
+// gpt2_block_recompute before it starts.
 // The bytes of each mode: gpt2_activation_formula (llmc/model/gpt2_accounting.h). Included by
 // llmc/model/gpt2.h (it needs GPT2).
 #pragma once
@@ -70,7 +70,6 @@ static inline void gpt2_block_rebuild(GPT2* model, const OpAt* at, const BlockWe
 // forward did rather than record again (llmc/model/fp8_linear.h: the forward's scales, no second amax), and
 // --precision's counters pause (each stored value counted once).
 static inline void gpt2_block_recompute(GPT2* model, const OpAt* at, const BlockWeights* w, BlockActs* b) {
-    if (model->recompute == RECOMPUTE_NONE) { return; }
     model->recomputing = 1;
     backend_precision_counting(0);
     gpt2_block_rebuild(model, at, w, b);

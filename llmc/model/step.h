@@ -45,7 +45,7 @@ static inline float step_one_micro_batch(GPT2* model, const MicroBatch* mb, floa
     gpt2_forward(model, mb->inputs, mb->B, mb->T);
     // the mean loss: dloss carries the loss scale S (llmc/train/loss_scale.h), the loss returned does not
     float loss = gpt2_classifier(model, mb->targets, mb->weights, dloss, 1) * (dloss / model->loss_scale);
-    loss += gpt2_aux_loss(model, 0) / (model->moe ? model->moe->micro_n : 1);   // MoE: the load-balancing loss, a mean over the step
+    if (model->moe) { loss += gpt2_aux_loss(model, 0) / model->moe->micro_n; }   // the load-balancing loss, a mean over the step
     trace_event("forward", 0, tf);
     double tb = trace_now();
     gpt2_backward(model);
