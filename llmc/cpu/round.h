@@ -20,9 +20,9 @@ typedef struct {
 } CpuPrecision;
 static CpuPrecision cpu_prec = {PREC_FP32, 0, {0, 0}, {0, 0}, {0, 0}};
 
-static inline void floatx_round(float* p, size_t n, int kind) {
+// --precision bf16|fp16: each value to the nearest of the format, the flushed and overflowed counted
+static inline void floatx_round_narrow(float* p, size_t n, int kind) {
     int prec = cpu_prec.prec;
-    if (prec == PREC_FP32 || p == NULL || n == 0) { return; }
     size_t nonzero = 0, flushed = 0, over = 0;
     // one loop per format, so that the compiler inlines and vectorises the rounding
 #define FLOATX_ROUND_LOOP(ROUND)                                                  \
@@ -41,4 +41,7 @@ static inline void floatx_round(float* p, size_t n, int kind) {
         cpu_prec.flushed[kind] += (double)flushed;
         cpu_prec.overflowed[kind] += (double)over;
     }
+}
+static inline void floatx_round(float* p, size_t n, int kind) {
+    if (cpu_prec.prec != PREC_FP32 && p != NULL && n != 0) { floatx_round_narrow(p, n, kind); }   // fp32: nothing to do
 }

@@ -9,14 +9,6 @@
 #include "recompute.h"   // the --recompute modes
 #include "moe_stats.h"   // moe_dropped
 
-// The floats the attention op saves per layer for its backward (its own count, or the kernel's)
-static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) {
-    const GPT2Ops* o = &model->ops;
-    int NH = gpt2_local_heads(model);
-    if (o->attention.state_size) { return o->attention.state_size(o->attention.ctx, B, T, (int)gpt2_local_attn(model), NH); }
-    return attention_state_size(B, T, NH);
-}
-
 // This rank's parameters with their gradients, AdamW's two moments and (where floatX is narrower
 // than fp32) the fp32 master copy, in bytes.
 static inline double gpt2_state_bytes(const GPT2* model) {

@@ -139,3 +139,11 @@ static inline OpAt gpt2_at(GPT2* model, int slot, int layer) {
     OpAt at = {model, slot, layer, a->B, a->T, a->Ts};
     return at;
 }
+
+// The floats the attention op saves per layer for its backward (its own count, or the kernel's)
+static inline size_t gpt2_attention_state_size(const GPT2* model, int B, int T) {
+    const GPT2Ops* o = &model->ops;
+    int NH = gpt2_local_heads(model);
+    if (o->attention.state_size) { return o->attention.state_size(o->attention.ctx, B, T, (int)gpt2_local_attn(model), NH); }
+    return attention_state_size(B, T, NH);
+}
