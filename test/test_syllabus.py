@@ -113,7 +113,8 @@ if rows and traced:
         report(f"{name}: every entry function runs under its command", not missing, ", ".join(missing))
         items = mine - read
         total, new_files = code.cost(items, files_read)
-        print(f"   {name}: {total} lines ({budget if budget is not None else 'no'} budget) in {len({i.path for i in items})} files; its set, file:function lines:")
+        print(f"   {name}: {total} lines ({budget if budget is not None else 'no'} budget) in {len({i.path for i in items})} files "
+              f"({len(new_files)} opened for the first time, the rest read in an earlier row); its set, file:function lines:")
         for path in sorted({i.path for i in items}, key=lambda f: (-sum(i.end - i.start + 1 for i in items if i.path == f), f)):
             its = sorted((i for i in items if i.path == path), key=lambda i: i.start)
             opening = f" + opening comment {code.opening[path]}" if path in new_files else ""
