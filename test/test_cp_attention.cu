@@ -149,8 +149,7 @@ static void test_case(CPAlgo algo, int zigzag, int T, int B, int C, int NH, floa
     int Tl = cp.Tl;
     std::vector<float> qkv_mine = my_rows(&cp, qkv, B, 3 * C), dout_mine = my_rows(&cp, dout, B, C);
     std::vector<float> out((size_t)B * Tl * C, NAN), dqkv((size_t)B * Tl * 3 * C, NAN);
-    size_t floats = algo == CP_ALLTOALL ? cp_a2a_state_size(&cp, B, Tl, C, NH) : cp_state_size(&cp, B, Tl, C, NH);   // cp_install_op's choice
-    std::vector<float> state(floats, NAN);
+    std::vector<float> state(cp_state_size_entry(algo)(&cp, B, Tl, C, NH), NAN);   // the op's own size
     OpAt at;
     memset(&at, 0, sizeof(at));
     at.layer = 0;

@@ -33,10 +33,11 @@
 // floats of state per layer (B sequences of this rank's Tl tokens, C channels, NH heads: local to
 // tp): the ring's and the all-gather's merged O fp32, then lse (the all-to-all's: cp_a2a_state_size)
 static inline size_t cp_state_size(void* ctx, int B, int T, int C, int NH) {
-    int Tl = ((ContextParallel*)ctx)->Tl;
-    if (T != Tl) { die("context parallelism: attention on %d tokens per sequence, the split was made for %d", T, Tl); }
+    cp_check_tokens((ContextParallel*)ctx, T);
     return (size_t)B * T * C + (size_t)B * NH * T;
 }
+// the op's state_size entry for an algorithm (cp_install_op's; test_cp_attention sizes its state with it)
+static inline auto cp_state_size_entry(CPAlgo algo) { return algo == CP_ALLTOALL ? cp_a2a_state_size : cp_state_size; }
 
 // ---------------------------------------------------------------------------------------
 // The step, wrapped: micro-batch i of the task (B x T) becomes this rank's B x Tl tokens.
@@ -194,7 +195,7 @@ static inline void cp_check(const GPT2* model, int cp, CPAlgo algo, int zigzag, 
 // are sized again after this)
 static inline void cp_install_op(ContextParallel* cp, GPT2* model) {
     model->ops.attention.ctx = cp;
-    model->ops.attention.state_size = cp->algo == CP_ALLTOALL ? cp_a2a_state_size : cp_state_size;
+    model->ops.attention.state_size = cp_state_size_entry(cp->algo);
     if (cp->algo == CP_RING) {
         model->ops.attention.forward = cp_ring_forward;
         model->ops.attention.backward = cp_ring_backward;

@@ -69,6 +69,11 @@ static inline int cp_future(int qpos, int kpos, int Tseg) { return kpos > qpos +
 static inline int cp_next(const ContextParallel* cp) { return (cp->rank + 1) % cp->cp; }
 static inline int cp_prev(const ContextParallel* cp) { return (cp->rank + cp->cp - 1) % cp->cp; }
 
+// the attention op is asked about this rank's Tl tokens per sequence, the length the split was made for
+static inline void cp_check_tokens(const ContextParallel* cp, int T) {
+    if (T != cp->Tl) { die("context parallelism: attention on %d tokens per sequence, the split was made for %d", T, cp->Tl); }
+}
+
 // The cp group's calls: each waits for the compute stream's work so far, is timed into
 // cp->seconds and cp->calls and traced (track 4); with use_ring the collectives are ours
 // (llmc/comm/ring.h, alltoall.h), whose bytes the communicator counts, else the native ones.

@@ -31,7 +31,7 @@ static inline size_t cp_a2a_att_floats(const ContextParallel* cp, int B, int NH)
 // the op's state_size: the kernel's state, then the gathered q|k|v, each layer's 16-byte aligned
 static inline size_t cp_a2a_state_size(void* ctx, int B, int T, int C, int NH) {
     ContextParallel* cp = (ContextParallel*)ctx;
-    if (T != cp->Tl) { die("context parallelism: attention on %d tokens per sequence, the split was made for %d", T, cp->Tl); }
+    cp_check_tokens(cp, T);
     size_t qkv = ceil_div((size_t)B * cp->T * 3 * (C / cp->cp) * sizeof(floatX), sizeof(float));
     return cp_a2a_att_floats(cp, B, NH) + ceil_div(qkv, 4) * 4;
 }

@@ -17,9 +17,9 @@
 // forever. Each rank runs a watchdog thread. The main thread marks its progress at each step's
 // start and end (it started step s, it ended step s), and inside a step at each of the model's
 // hook events (a micro-batch starts, a block's forward or backward begins: the model's chain
-// counts them, llmc/model/hooks.h's HookProgress); when the main threads have not moved for T seconds, one
-// watchdog ends the job with one line naming the rank that stopped answering. To know which
-// one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
+// counts them, llmc/model/hooks.h's HookProgress); when the main threads have not moved for T
+// seconds, one watchdog ends the job with one line naming the rank that stopped answering. To
+// know which one, the watchdogs send each other their rank's last mark, event count and event every 0.25 s
 // (non-blocking sends and receives on a communicator of their own, polled with MPI_Test, so a
 // frozen peer never blocks them). The hung rank is the one behind the others: in an earlier step
 // (it ended step s and never started step s+1, where the others wait for it), or in the same step
